@@ -1,0 +1,39 @@
+#pragma once
+// The model concept every backend satisfies and every decoder is written against.
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+
+#include "specdec/common.hpp"
+
+namespace specdec {
+
+/// Where a buffer lives.
+enum class Memory { host, device };
+
+/// Logits returned by a forward pass: `rows` rows of `vocab` floats, row-major, contiguous.
+/// Valid until the next call on the model that produced it.
+struct LogitsView {
+  const float* data = nullptr;
+  std::size_t rows = 0;
+  std::size_t vocab = 0;
+  Memory where = Memory::host;
+
+  /// Row r as a span (host memory only).
+  [[nodiscard]] std::span<const float> row(std::size_t r) const { return {data + r * vocab, vocab}; }
+};
+
+/// A causal language model with a KV cache.
+///  - forward(t) appends the tokens t after the cached prefix and returns one logits row per token;
+///  - rollback(n) keeps the first n cached positions (O(1), n <= cached()).
+template <class M>
+concept CausalLM = requires(M& m, const M& cm, std::span<const token_t> t, std::size_t n) {
+  { cm.vocab_size() } -> std::convertible_to<std::size_t>;
+  { cm.context_length() } -> std::convertible_to<std::size_t>;
+  { cm.cached() } -> std::convertible_to<std::size_t>;
+  { m.forward(t) } -> std::same_as<LogitsView>;
+  { m.rollback(n) };
+};
+
+}  // namespace specdec

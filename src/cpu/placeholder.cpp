@@ -1,0 +1,1 @@
+// Replaced by the CPU backend (issue 4).
