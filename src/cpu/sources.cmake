@@ -1,4 +1,26 @@
 # Sources of specdec_cpu (paths relative to src/).
-list(APPEND SOURCES cpu/placeholder.cpp)
+list(APPEND SOURCES
+  cpu/kernels.cpp
+  cpu/kernels_avx2.cpp
+  cpu/kernels_avx512.cpp
+  cpu/kernels_amx.cpp
+  cpu/thread_pool.cpp
+  cpu/transformer.cpp)
 list(APPEND PUBLIC_LIBS specdec_model)
 list(APPEND PRIVATE_LIBS fmt::fmt Eigen3::Eigen Threads::Threads)
+
+# Every kernel reproduces a documented reduction order bit for bit, so the compiler must not fuse
+# a * b + c on its own (GCC does in GNU mode). The per-instruction-set files get their -m flags
+# here and are only called after a CPU check (kernels.cpp); see kernels_impl.hpp.
+set(_specdec_cpu_avx2 -mavx2 -mfma -mf16c)
+# GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm512_undefined_*() (GCC bug 105593).
+set(_specdec_cpu_avx512 ${_specdec_cpu_avx2} -mavx512f -mavx512bw -mavx512vl -mavx512dq
+    -Wno-uninitialized -Wno-maybe-uninitialized)
+set_source_files_properties(cpu/kernels.cpp cpu/thread_pool.cpp cpu/transformer.cpp
+  PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
+set_source_files_properties(cpu/kernels_avx2.cpp
+  PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx2}")
+set_source_files_properties(cpu/kernels_avx512.cpp
+  PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx512}")
+set_source_files_properties(cpu/kernels_amx.cpp
+  PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx512};-mamx-tile;-mamx-bf16;-mamx-int8")

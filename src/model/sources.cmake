@@ -1,4 +1,13 @@
 # Sources of specdec_model (paths relative to src/).
-list(APPEND SOURCES model/config.cpp)
+list(APPEND SOURCES
+  model/config.cpp
+  model/weights.cpp
+  model/gguf.cpp
+  model/gguf_model.cpp
+  model/safetensors.cpp
+  model/hf.cpp
+  model/loader.cpp
+  model/describe.cpp
+  model/gguf_writer.cpp)  # the GGUF writer and F16/Q8_0 conversion (specdec convert)
 list(APPEND PUBLIC_LIBS specdec_tokenizer)
 list(APPEND PRIVATE_LIBS fmt::fmt nlohmann_json::nlohmann_json)

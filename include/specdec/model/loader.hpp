@@ -16,9 +16,22 @@ struct LoadedModel {
   std::shared_ptr<const WeightStore> weights;
   std::shared_ptr<const Tokenizer> tokenizer;  ///< may be null if the files carry none
   std::string source;                          ///< the path it came from
+  std::string format;  ///< "GGUF v3", "Hugging Face safetensors (2 shards)", ...
+  std::string name;    ///< general.name, or the folder name; may be empty
 };
 
-/// Detects the format from the path. Throws specdec::Error naming the file and the problem.
+/// Detects the format from the path: a directory (or its config.json) is a Hugging Face folder,
+/// a file starting with "GGUF" is a GGUF file. Config, weights and tokenizer are validated.
+/// Throws specdec::Error "<file>: <problem>".
 LoadedModel load_model(const std::string& path);
+
+/// Checks that every tensor the config implies is present with the expected shape and a
+/// supported dtype: token_embd [vocab, dim], blk.i.attn_q [n_heads * head_dim, dim], ...
+/// Throws specdec::Error "<problem>" (callers prefix the file name).
+void validate_model_weights(const ModelConfig& config, const WeightStore& weights);
+
+/// Human-readable report for `specdec info`: source and format, architecture and config, the
+/// tensor table (name, dtype, shape, bytes) and the tokenizer summary.
+std::string describe_model(const LoadedModel& model);
 
 }  // namespace specdec

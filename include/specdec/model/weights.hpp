@@ -5,8 +5,8 @@
 // Naming: every reader stores tensors under the GGUF (llama.cpp) names, whatever the file format:
 //   token_embd.weight, output_norm.weight, output.weight (absent when tied),
 //   blk.{i}.attn_norm.weight, blk.{i}.attn_q.weight, .attn_k, .attn_v, .attn_output,
-//   blk.{i}.attn_q.bias/.attn_k.bias/.attn_v.bias (Qwen2), blk.{i}.attn_q_norm/.attn_k_norm (Qwen3),
-//   blk.{i}.ffn_norm.weight, blk.{i}.ffn_gate.weight (w1), .ffn_up (w3), .ffn_down (w2).
+//   blk.{i}.attn_q.bias/.attn_k.bias/.attn_v.bias (Qwen2), blk.{i}.attn_q_norm/.attn_k_norm
+//   (Qwen3), blk.{i}.ffn_norm.weight, blk.{i}.ffn_gate.weight (w1), .ffn_up (w3), .ffn_down (w2).
 // Shapes are in PyTorch order, outermost first: a linear layer mapping in -> out is [out, in]
 // (GGUF stores ne[] innermost first; the GGUF reader reverses it).
 
@@ -24,7 +24,8 @@ namespace specdec {
 
 enum class DType : std::uint8_t { f32, f16, bf16, q8_0, q4_0, q4_k };
 
-/// Elements per quantisation block (1 for the float types) and bytes per block.
+/// Elements per quantisation block (1 for the float types) and bytes per block. A tensor's rows
+/// (its innermost dimension) hold whole blocks; its size is elements / block_elems * block_bytes.
 std::size_t dtype_block_elems(DType t) noexcept;
 std::size_t dtype_block_bytes(DType t) noexcept;
 const char* dtype_name(DType t) noexcept;
@@ -68,10 +69,16 @@ class WeightStore {
   void add_file(std::shared_ptr<const MappedFile> file) { files_.push_back(std::move(file)); }
   void add(Tensor t);  ///< throws on a duplicate name
 
-  [[nodiscard]] const Tensor* find(std::string_view name) const;   ///< nullptr when absent
-  [[nodiscard]] const Tensor& get(std::string_view name) const;    ///< throws naming the tensor
-  [[nodiscard]] const std::map<std::string, Tensor, std::less<>>& tensors() const noexcept { return tensors_; }
+  [[nodiscard]] const Tensor* find(std::string_view name) const;  ///< nullptr when absent
+  [[nodiscard]] const Tensor& get(std::string_view name) const;   ///< throws naming the tensor
+  [[nodiscard]] const std::map<std::string, Tensor, std::less<>>& tensors() const noexcept {
+    return tensors_;
+  }
   [[nodiscard]] std::size_t total_bytes() const noexcept;
+  /// The memory maps the tensors point into (several for a sharded checkpoint).
+  [[nodiscard]] const std::vector<std::shared_ptr<const MappedFile>>& files() const noexcept {
+    return files_;
+  }
 
  private:
   std::vector<std::shared_ptr<const MappedFile>> files_;

@@ -1,0 +1,45 @@
+// Blas through cuBLAS (nvcc build). Row-major y[n][out] = x W^T is, read column-major,
+// y^T (out x n) = W^T... cuBLAS sees W as a column-major in x out matrix (lda = in), so
+// op(A) = A^T gives the out x in weight, and x as a column-major in x n matrix (ldb = in).
+#include <cublas_v2.h>
+
+#include <string>
+
+#include "common/check.hpp"
+#include "host/blas.hpp"
+
+namespace specdec::cuda {
+
+namespace {
+
+void check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw Error(std::string("cuBLAS error ") + cublasGetStatusName(status) + " in " + what);
+  }
+}
+
+}  // namespace
+
+Blas::Blas() {
+  cublasHandle_t h = nullptr;
+  check(cublasCreate(&h), "cublasCreate");
+  handle_ = h;
+}
+
+Blas::~Blas() {
+  if (handle_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(handle_));
+}
+
+void Blas::gemm_xwT(WeightType type, const void* w, const void* x, float* y, int n, int out, int in,
+                    cudaStream_t stream) {
+  auto h = static_cast<cublasHandle_t>(handle_);
+  check(cublasSetStream(h, stream), "cublasSetStream");
+  const cudaDataType_t ab = type == WeightType::f16 ? CUDA_R_16F : CUDA_R_16BF;
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, ab, in, x, ab, in, &beta, y,
+                     CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
+}
+
+}  // namespace specdec::cuda

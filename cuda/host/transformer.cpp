@@ -1,0 +1,498 @@
+// cuda::Transformer: the host orchestration of the kernels (identical in the nvcc and emulation
+// builds; only the kernels and the BLAS layer differ).
+//
+// Device memory:
+//   weights     per layer W_qkv [(n_heads + 2 n_kv) head_dim][dim] (q, k, v rows concatenated:
+//               one skinny GEMM reads them in one pass), W_o [dim][q_dim], W_gate_up
+//               [2 ffn][dim] (gate rows, then up rows), W_down [dim][ffn], all f16 or bf16; norms,
+//               biases and rotary frequencies f32; token embedding and output head 16-bit.
+//   KV cache    K and V: [n_layers][n_kv][capacity][head_dim], f16 or f32. rollback() only moves
+//               the end (O(1)); positions beyond it are overwritten by later steps.
+//   activations [max_step_tokens] rows each; the logits buffer grows to the longest forward().
+//
+// One step of n tokens (at most max_step_tokens; forward() loops over steps):
+//   embedding -> per layer: RMSNorm (+ residual) -> QKV GEMM -> rotary + KV write -> attention ->
+//   O GEMM -> RMSNorm + residual -> gate/up GEMM -> SwiGLU -> down GEMM -> ... -> final RMSNorm
+//   (+ residual) -> output GEMM into the logits rows.
+// GEMMs use the skinny kernel for n <= 16 and cuBLAS (activations converted to 16-bit) beyond.
+// Steps with n <= 16 are captured into CUDA graphs (host/graph.hpp) keyed by (n, attention
+// splits) and replayed.
+#include "specdec/cuda/transformer.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "common/check.hpp"
+#include "host/blas.hpp"
+#include "host/device_buffer.hpp"
+#include "host/graph.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/convert.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope_kv.hpp"
+#include "kernels/skinny_gemm.hpp"
+#include "kernels/swiglu.hpp"
+#include "specdec/cpu/kernels.hpp"
+
+namespace specdec::cuda {
+
+namespace {
+
+constexpr int kGraphMaxTokens = kernels::kSkinnyMaxTokens;
+
+WeightType weight_type(Options::Weights w) { return w == Options::Weights::f16 ? WeightType::f16 : WeightType::bf16; }
+KvType kv_type(Options::Kv k) { return k == Options::Kv::f16 ? KvType::f16 : KvType::f32; }
+
+std::uint16_t to_16bit(float v, WeightType type) {
+  std::uint16_t bits = 0;
+  if (type == WeightType::f16) {
+    const __half h = __float2half_rn(v);
+    std::memcpy(&bits, &h, sizeof bits);
+  } else {
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    std::memcpy(&bits, &h, sizeof bits);
+  }
+  return bits;
+}
+
+const Tensor& matrix(const WeightStore& w, const std::string& name, std::size_t rows, std::size_t cols) {
+  const Tensor& t = w.get(name);
+  if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols) {
+    throw Error(fmt::format("cuda::Transformer: tensor {} has shape [{}], expected [{}, {}]", name,
+                            fmt::join(t.shape, ", "), rows, cols));
+  }
+  return t;
+}
+
+/// Appends the tensor's rows to `out` as 16-bit values of `type`: raw bytes when the file already
+/// stores that type, otherwise dequantised to f32 (the CPU backend's readers) and rounded.
+void append_16bit(const Tensor& t, WeightType type, std::vector<std::uint16_t>& out) {
+  const bool same = (t.dtype == DType::f16 && type == WeightType::f16) ||
+                    (t.dtype == DType::bf16 && type == WeightType::bf16);
+  const std::size_t rows = t.rows();
+  const std::size_t cols = t.cols();
+  const std::size_t at = out.size();
+  out.resize(at + rows * cols);
+  if (same) {
+    std::memcpy(out.data() + at, t.data, rows * cols * sizeof(std::uint16_t));
+    return;
+  }
+  const cpu::MatrixRef m = cpu::MatrixRef::of(Tensor{t.name, t.dtype, {rows, cols}, t.data, t.nbytes});
+  std::vector<float> row(cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    cpu::dequantize_row(m, r, row.data());
+    for (std::size_t c = 0; c < cols; ++c) out[at + r * cols + c] = to_16bit(row[c], type);
+  }
+}
+
+std::vector<float> vector_f32(const WeightStore& w, const std::string& name, std::size_t size) {
+  const Tensor& t = w.get(name);
+  if (t.elements() != size) {
+    throw Error(fmt::format("cuda::Transformer: tensor {} has {} elements, expected {}", name, t.elements(), size));
+  }
+  const cpu::MatrixRef m = cpu::MatrixRef::of(Tensor{t.name, t.dtype, {1, size}, t.data, t.nbytes});
+  std::vector<float> out(size);
+  cpu::dequantize_row(m, 0, out.data());
+  return out;
+}
+
+/// Rotary inverse frequencies exactly as the CPU backend computes them (Hugging Face's float32
+/// formula, with linear / llama3 scaling or GGUF rope_freqs factors).
+std::vector<float> rope_inv_freq(const ModelConfig& c, const WeightStore& weights) {
+  const std::size_t half = c.head_dim / 2;
+  std::vector<float> inv(half);
+  for (std::size_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+    inv[i] = 1.0f / std::pow(c.rope_theta, exponent);
+  }
+  const RopeScaling& s = c.rope_scaling;
+  if (s.kind == RopeScaling::Kind::linear) {
+    for (float& f : inv) f /= s.factor;
+  } else if (s.kind == RopeScaling::Kind::llama3) {
+    const double old_len = static_cast<double>(s.original_context_length);
+    const double low_wavelen = old_len / s.low_freq_factor;
+    const double high_wavelen = old_len / s.high_freq_factor;
+    for (float& f : inv) {
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen < high_wavelen) continue;
+      if (wavelen > low_wavelen) {
+        f = f / s.factor;
+      } else {
+        const float smooth = static_cast<float>((old_len / wavelen - s.low_freq_factor) /
+                                                (s.high_freq_factor - s.low_freq_factor));
+        f = (1.0f - smooth) * f / s.factor + smooth * f;
+      }
+    }
+  }
+  if (c.rope_freq_factors) {
+    const std::vector<float> factors = vector_f32(weights, "rope_freqs.weight", half);
+    for (std::size_t i = 0; i < half; ++i) inv[i] /= factors[i];
+  }
+  return inv;
+}
+
+template <class T>
+DeviceArray<T> upload(const std::vector<T>& values) {
+  DeviceArray<T> d(values.size());
+  d.upload(values.data(), values.size());
+  return d;
+}
+
+struct Layer {
+  DeviceArray<std::uint16_t> w_qkv, w_o, w_gate_up, w_down;
+  DeviceArray<float> attn_norm, ffn_norm, qkv_bias, q_norm, k_norm;
+};
+
+}  // namespace
+
+struct Transformer::Impl {
+  ModelConfig config;
+  std::shared_ptr<const WeightStore> weights;  // kept for the lifetime (cheap: shared)
+  Options options;
+  WeightType wtype{};
+  KvType kvtype{};
+  std::size_t capacity = 0;
+  std::size_t cached = 0;
+  std::size_t step_tokens = 0;
+  int attention_chunk = 0;
+  int attention_max_splits = 0;
+  int norm_threads = 256;
+  int gemm_warps = 4;
+  int attention_warps = 4;
+
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<Blas> blas;
+
+  DeviceArray<std::uint16_t> embed, output;  // output empty when tied
+  DeviceArray<float> output_norm, inv_freq;
+  std::vector<Layer> layers;
+  DeviceArray<std::uint8_t> k_cache, v_cache;  // [n_layers][n_kv][capacity][head_dim]
+
+  // Per step: [step_tokens] rows.
+  DeviceArray<token_t> tokens;
+  DeviceArray<int> start;
+  DeviceArray<float> h, xn, qkv, q, att, delta, gate_up, act, attn_work;
+  DeviceArray<std::uint16_t> x16;  // activations for cuBLAS
+  DeviceArray<float> logits;       // [logits_rows][vocab]
+  std::size_t logits_rows = 0;
+  std::size_t last_rows = 0;
+  PinnedArray<token_t> staging_tokens;
+  PinnedArray<int> staging_start;
+  PinnedArray<float> host_logits;
+
+  std::unique_ptr<GraphCache> graphs;
+  GraphStats stats;
+
+  ~Impl() {
+    graphs.reset();
+    blas.reset();
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  [[nodiscard]] const std::uint16_t* head() const { return output.size() > 0 ? output.get() : embed.get(); }
+  [[nodiscard]] std::size_t kv_layer_bytes() const {
+    return config.n_kv_heads * capacity * config.head_dim * static_cast<std::size_t>(kv_bytes(kvtype));
+  }
+
+  void gemm(const std::uint16_t* w, const float* x, float* y, int n, std::size_t out, std::size_t in,
+            cudaStream_t s) {
+    if (n <= kernels::kSkinnyMaxTokens) {
+      kernels::skinny_gemm(wtype, w, x, y, n, static_cast<int>(out), static_cast<int>(in), s, gemm_warps);
+    } else {
+      kernels::convert_f32(x, static_cast<std::size_t>(n) * in, wtype, x16.get(), s);
+      blas->gemm_xwT(wtype, w, x16.get(), y, n, static_cast<int>(out), static_cast<int>(in), s);
+    }
+  }
+
+  /// Enqueues the whole network for n tokens (ids in `tokens`, position in `start`).
+  void layers_pass(int n, int chunk, int splits, float* logits_out, cudaStream_t s) {
+    const ModelConfig& c = config;
+    const std::size_t dim = c.dim, hd = c.head_dim, q_dim = c.q_dim(), ffn = c.ffn_dim;
+    const std::size_t qkv_rows = q_dim + 2 * c.kv_dim();
+    const float eps = c.rms_norm_eps;
+    kernels::embedding_gather(wtype, embed.get(), static_cast<int>(c.vocab_size), static_cast<int>(dim),
+                              tokens.get(), n, h.get(), s);
+    for (std::size_t li = 0; li < c.n_layers; ++li) {
+      const Layer& L = layers[li];
+      kernels::rmsnorm_residual(h.get(), li == 0 ? nullptr : delta.get(), L.attn_norm.get(), eps, n,
+                                static_cast<int>(dim), xn.get(), norm_threads, s);
+      gemm(L.w_qkv.get(), xn.get(), qkv.get(), n, qkv_rows, dim, s);
+
+      kernels::RopeKvParams r;
+      r.qkv = qkv.get();
+      r.n = n;
+      r.n_heads = static_cast<int>(c.n_heads);
+      r.n_kv = static_cast<int>(c.n_kv_heads);
+      r.head_dim = static_cast<int>(hd);
+      r.bias = L.qkv_bias.size() > 0 ? L.qkv_bias.get() : nullptr;
+      r.q_norm = L.q_norm.size() > 0 ? L.q_norm.get() : nullptr;
+      r.k_norm = L.k_norm.size() > 0 ? L.k_norm.get() : nullptr;
+      r.norm_eps = eps;
+      r.inv_freq = inv_freq.get();
+      r.layout = c.rope_layout;
+      r.start = start.get();
+      r.q_out = q.get();
+      r.kv_type = kvtype;
+      r.k_cache = k_cache.get() + li * kv_layer_bytes();
+      r.v_cache = v_cache.get() + li * kv_layer_bytes();
+      r.capacity = static_cast<int>(capacity);
+      kernels::rope_kv_write(r, s);
+
+      kernels::AttentionParams a;
+      a.q = q.get();
+      a.kv_type = kvtype;
+      a.k_cache = r.k_cache;
+      a.v_cache = r.v_cache;
+      a.capacity = static_cast<int>(capacity);
+      a.start = start.get();
+      a.n = n;
+      a.n_heads = r.n_heads;
+      a.n_kv = r.n_kv;
+      a.head_dim = r.head_dim;
+      a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+      a.chunk = chunk;
+      a.splits = splits;
+      a.partial = attn_work.get();
+      a.out = att.get();
+      kernels::attention(a, s, attention_warps);
+
+      gemm(L.w_o.get(), att.get(), delta.get(), n, dim, q_dim, s);
+      kernels::rmsnorm_residual(h.get(), delta.get(), L.ffn_norm.get(), eps, n, static_cast<int>(dim), xn.get(),
+                                norm_threads, s);
+      gemm(L.w_gate_up.get(), xn.get(), gate_up.get(), n, 2 * ffn, dim, s);
+      kernels::swiglu(gate_up.get(), n, static_cast<int>(ffn), act.get(), s);
+      gemm(L.w_down.get(), act.get(), delta.get(), n, dim, ffn, s);
+    }
+    kernels::rmsnorm_residual(h.get(), c.n_layers > 0 ? delta.get() : nullptr, output_norm.get(), eps, n,
+                              static_cast<int>(dim), xn.get(), norm_threads, s);
+    gemm(head(), xn.get(), logits_out, n, c.vocab_size, dim, s);
+  }
+
+  void step(std::span<const token_t> ids, float* logits_out) {
+    const int n = static_cast<int>(ids.size());
+    // The staging buffers are reused: the previous step's copies must have happened.
+    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::copy(ids.begin(), ids.end(), staging_tokens.get());
+    staging_start.get()[0] = static_cast<int>(cached);
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(tokens.get(), staging_tokens.get(), ids.size() * sizeof(token_t),
+                                       cudaMemcpyHostToDevice, stream));
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(start.get(), staging_start.get(), sizeof(int), cudaMemcpyHostToDevice, stream));
+
+    const int kv_len = static_cast<int>(cached) + n;
+    if (n <= kGraphMaxTokens) {
+      const int splits = kernels::attention_splits(kv_len, attention_chunk);
+      auto record = [&](cudaStream_t s) { layers_pass(n, attention_chunk, splits, logits_out, s); };
+      if (options.cuda_graphs && logits_out == logits.get()) {
+        const std::uint64_t key = static_cast<std::uint64_t>(n) | (static_cast<std::uint64_t>(splits) << 8);
+        ++(graphs->run(key, record) ? stats.captures : stats.replays);
+      } else {
+        record(stream);
+        ++stats.direct;
+      }
+    } else {
+      // Prefill: one split over the whole cache (parallelism comes from the many query rows).
+      const int chunk = static_cast<int>((capacity + 31) / 32 * 32);
+      layers_pass(n, chunk, 1, logits_out, stream);
+      ++stats.direct;
+    }
+    cached += ids.size();
+  }
+};
+
+Transformer::Transformer(const LoadedModel& model, Options options)
+    : Transformer(model.config, model.weights, options) {}
+
+Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights, Options options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  config.validate();
+  if (!weights) throw Error("cuda::Transformer: no weights");
+  const ModelConfig& c = m.config = config;
+  m.weights = std::move(weights);
+  m.options = options;
+  const WeightStore& w = *m.weights;
+  if (c.head_dim % 8 != 0 || c.head_dim > 256) {
+    throw Error(fmt::format("cuda::Transformer: head_dim {} is not a multiple of 8 up to 256", c.head_dim));
+  }
+  if (options.max_step_tokens < static_cast<std::size_t>(kGraphMaxTokens)) {
+    throw Error("cuda::Transformer: Options::max_step_tokens must be at least 16");
+  }
+  m.wtype = weight_type(options.weights);
+  m.kvtype = kv_type(options.kv);
+  m.capacity = options.context_length != 0 ? options.context_length : c.context_length;
+  if (m.capacity == 0) throw Error("cuda::Transformer: context length is 0 (set Options::context_length)");
+  m.step_tokens = options.max_step_tokens;
+  if (options.norm_threads > 0) m.norm_threads = options.norm_threads;
+  if (options.gemm_warps > 0) m.gemm_warps = options.gemm_warps;
+  if (options.attention_warps > 0) m.attention_warps = options.attention_warps;
+
+  SPECDEC_CUDA_CHECK(cudaSetDevice(options.device));
+  SPECDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+  m.blas = std::make_unique<Blas>();
+  m.graphs = std::make_unique<GraphCache>(m.stream);
+  int sms = 1;
+  SPECDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options.device));
+  m.attention_chunk = kernels::attention_chunk(static_cast<int>(m.capacity), static_cast<int>(c.n_kv_heads), sms);
+  m.attention_max_splits = kernels::attention_splits(static_cast<int>(m.capacity), m.attention_chunk);
+
+  // ---- weights
+  std::vector<std::uint16_t> staging;
+  auto upload_matrices = [&](std::initializer_list<const Tensor*> parts) {
+    staging.clear();
+    for (const Tensor* t : parts) append_16bit(*t, m.wtype, staging);
+    return upload(staging);
+  };
+  m.embed = upload_matrices({&matrix(w, "token_embd.weight", c.vocab_size, c.dim)});
+  if (!c.tied_embeddings && w.find("output.weight") != nullptr) {
+    m.output = upload_matrices({&matrix(w, "output.weight", c.vocab_size, c.dim)});
+  }
+  m.output_norm = upload(vector_f32(w, "output_norm.weight", c.dim));
+  m.inv_freq = upload(rope_inv_freq(c, w));
+  m.layers.resize(c.n_layers);
+  for (std::size_t i = 0; i < c.n_layers; ++i) {
+    Layer& L = m.layers[i];
+    const std::string p = fmt::format("blk.{}.", i);
+    L.w_qkv = upload_matrices({&matrix(w, p + "attn_q.weight", c.q_dim(), c.dim),
+                               &matrix(w, p + "attn_k.weight", c.kv_dim(), c.dim),
+                               &matrix(w, p + "attn_v.weight", c.kv_dim(), c.dim)});
+    L.w_o = upload_matrices({&matrix(w, p + "attn_output.weight", c.dim, c.q_dim())});
+    L.w_gate_up = upload_matrices({&matrix(w, p + "ffn_gate.weight", c.ffn_dim, c.dim),
+                                   &matrix(w, p + "ffn_up.weight", c.ffn_dim, c.dim)});
+    L.w_down = upload_matrices({&matrix(w, p + "ffn_down.weight", c.dim, c.ffn_dim)});
+    L.attn_norm = upload(vector_f32(w, p + "attn_norm.weight", c.dim));
+    L.ffn_norm = upload(vector_f32(w, p + "ffn_norm.weight", c.dim));
+    if (c.qkv_bias) {
+      std::vector<float> bias = vector_f32(w, p + "attn_q.bias", c.q_dim());
+      for (const char* name : {"attn_k.bias", "attn_v.bias"}) {
+        const std::vector<float> b = vector_f32(w, p + name, c.kv_dim());
+        bias.insert(bias.end(), b.begin(), b.end());
+      }
+      L.qkv_bias = upload(bias);
+    }
+    if (c.qk_norm) {
+      L.q_norm = upload(vector_f32(w, p + "attn_q_norm.weight", c.head_dim));
+      L.k_norm = upload(vector_f32(w, p + "attn_k_norm.weight", c.head_dim));
+    }
+  }
+
+  // ---- KV cache and step buffers
+  m.k_cache = DeviceArray<std::uint8_t>(c.n_layers * m.kv_layer_bytes());
+  m.v_cache = DeviceArray<std::uint8_t>(c.n_layers * m.kv_layer_bytes());
+  const std::size_t S = m.step_tokens;
+  m.tokens = DeviceArray<token_t>(S);
+  m.start = DeviceArray<int>(1);
+  m.h = DeviceArray<float>(S * c.dim);
+  m.xn = DeviceArray<float>(S * c.dim);
+  m.qkv = DeviceArray<float>(S * (c.q_dim() + 2 * c.kv_dim()));
+  m.q = DeviceArray<float>(S * c.q_dim());
+  m.att = DeviceArray<float>(S * c.q_dim());
+  m.delta = DeviceArray<float>(S * c.dim);
+  m.gate_up = DeviceArray<float>(S * 2 * c.ffn_dim);
+  m.act = DeviceArray<float>(S * c.ffn_dim);
+  m.x16 = DeviceArray<std::uint16_t>(S * std::max({c.dim, c.ffn_dim, c.q_dim()}));
+  m.attn_work = DeviceArray<float>(kernels::attention_workspace_floats(
+      m.attention_max_splits, kGraphMaxTokens, static_cast<int>(c.n_heads), static_cast<int>(c.head_dim)));
+  m.staging_tokens = PinnedArray<token_t>(S);
+  m.staging_start = PinnedArray<int>(1);
+}
+
+Transformer::~Transformer() = default;
+Transformer::Transformer(Transformer&&) noexcept = default;
+Transformer& Transformer::operator=(Transformer&&) noexcept = default;
+
+LogitsView Transformer::forward(std::span<const token_t> tokens) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  if (tokens.empty()) throw Error("cuda::Transformer::forward: no tokens");
+  if (tokens.size() > m.capacity - m.cached) {
+    throw Error(fmt::format("cuda::Transformer::forward: {} cached + {} new tokens exceed the context length {}",
+                            m.cached, tokens.size(), m.capacity));
+  }
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab_size) {
+      throw Error(fmt::format("cuda::Transformer::forward: token {} (at {}) is outside the vocabulary [0, {})",
+                              tokens[i], i, c.vocab_size));
+    }
+  }
+  if (tokens.size() > m.logits_rows) {
+    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the old buffer may still be in use
+    m.logits_rows = std::max<std::size_t>(tokens.size(), kGraphMaxTokens);
+    m.logits = DeviceArray<float>(m.logits_rows * c.vocab_size);
+    m.graphs->clear();  // they write into the old buffer
+  }
+  const std::size_t before = m.cached;
+  try {
+    for (std::size_t first = 0; first < tokens.size(); first += m.step_tokens) {
+      const std::size_t n = std::min(m.step_tokens, tokens.size() - first);
+      m.step(tokens.subspan(first, n), m.logits.get() + first * c.vocab_size);
+    }
+  } catch (...) {
+    m.cached = before;
+    throw;
+  }
+  m.last_rows = tokens.size();
+  return LogitsView{m.logits.get(), tokens.size(), c.vocab_size, Memory::device};
+}
+
+void Transformer::rollback(std::size_t n) {
+  if (n > impl_->cached) {
+    throw Error(fmt::format("cuda::Transformer::rollback({}): only {} positions are cached", n, impl_->cached));
+  }
+  impl_->cached = n;
+}
+
+void Transformer::synchronize() { SPECDEC_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+
+void Transformer::copy_logits_to_host(std::span<float> out) {
+  Impl& m = *impl_;
+  const std::size_t count = m.last_rows * m.config.vocab_size;
+  if (out.size() != count) {
+    throw Error(fmt::format("cuda::Transformer::copy_logits_to_host: {} floats given, the logits are {} x {}",
+                            out.size(), m.last_rows, m.config.vocab_size));
+  }
+  if (count == 0) return;
+  SPECDEC_CUDA_CHECK(cudaMemcpyAsync(out.data(), m.logits.get(), count * sizeof(float), cudaMemcpyDeviceToHost,
+                                     m.stream));
+  synchronize();
+}
+
+LogitsView Transformer::logits_to_host() {
+  Impl& m = *impl_;
+  const std::size_t count = m.last_rows * m.config.vocab_size;
+  if (m.host_logits.size() < count) m.host_logits = PinnedArray<float>(count);
+  copy_logits_to_host(std::span<float>(m.host_logits.get(), count));
+  return LogitsView{m.host_logits.get(), m.last_rows, m.config.vocab_size, Memory::host};
+}
+
+std::size_t Transformer::cached() const noexcept { return impl_->cached; }
+std::size_t Transformer::vocab_size() const noexcept { return impl_->config.vocab_size; }
+std::size_t Transformer::context_length() const noexcept { return impl_->capacity; }
+const ModelConfig& Transformer::config() const noexcept { return impl_->config; }
+void* Transformer::stream() const noexcept { return impl_->stream; }
+Transformer::GraphStats Transformer::graph_stats() const noexcept { return impl_->stats; }
+
+std::size_t Transformer::device_bytes() const noexcept {
+  const Impl& m = *impl_;
+  std::size_t b = m.embed.bytes() + m.output.bytes() + m.output_norm.bytes() + m.inv_freq.bytes() +
+                  m.k_cache.bytes() + m.v_cache.bytes() + m.tokens.bytes() + m.start.bytes() + m.h.bytes() +
+                  m.xn.bytes() + m.qkv.bytes() + m.q.bytes() + m.att.bytes() + m.delta.bytes() +
+                  m.gate_up.bytes() + m.act.bytes() + m.attn_work.bytes() + m.x16.bytes() + m.logits.bytes();
+  for (const Layer& L : m.layers) {
+    b += L.w_qkv.bytes() + L.w_o.bytes() + L.w_gate_up.bytes() + L.w_down.bytes() + L.attn_norm.bytes() +
+         L.ffn_norm.bytes() + L.qkv_bias.bytes() + L.q_norm.bytes() + L.k_norm.bytes();
+  }
+  return b;
+}
+
+}  // namespace specdec::cuda

@@ -1,0 +1,59 @@
+#pragma once
+// Attention of n new tokens over the KV cache (decode n = 1, verify n <= 16; correct for any n,
+// but not tuned for prefill):
+//   out[t][h] = softmax_j(scale * q[t][h] . K[h / group][j], j <= start + t) V[h / group][j]
+// for j over the cached positions 0 .. start + n - 1 (the new tokens' K/V are already written),
+// grouped-query attention (group = n_heads / n_kv), causal among the new tokens.
+//
+// Long contexts are split over the key axis (flash-decoding): block `s` of a KV head computes an
+// unnormalised partial result (running max m, sum l, sum of p V) over the keys
+// [s * chunk, (s + 1) * chunk), and a second kernel combines the partials in split order. With
+// one split the first kernel writes the output directly (same bits as the combine would give).
+//
+// The split boundaries are absolute key positions (a fixed `chunk`), and keys a query may not
+// see contribute exact no-ops, so a query row's result does not depend on how many other tokens
+// share the call: attention is batch-invariant like the skinny GEMM. The launch also reads the
+// cache length from the device (*start), so a captured CUDA graph stays valid until the context
+// needs one more split.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/types.hpp"
+
+namespace specdec::cuda::kernels {
+
+struct AttentionParams {
+  const float* q = nullptr;        ///< [n][n_heads][head_dim], rotated
+  KvType kv_type = KvType::f16;
+  const void* k_cache = nullptr;   ///< this layer's K: [n_kv][capacity][head_dim]
+  const void* v_cache = nullptr;   ///< this layer's V: [n_kv][capacity][head_dim]
+  int capacity = 0;
+  const int* start = nullptr;      ///< device scalar: cached positions before the n new tokens
+  int n = 0;
+  int n_heads = 0;
+  int n_kv = 0;
+  int head_dim = 0;                ///< a multiple of 8, at most 256
+  float scale = 1.0f;              ///< usually 1 / sqrt(head_dim)
+  int chunk = 64;                  ///< keys per split, a multiple of 32
+  int splits = 1;                  ///< blocks per KV head; >= ceil((*start + n) / chunk)
+  float* partial = nullptr;        ///< workspace, attention_workspace_floats() (splits > 1 only)
+  float* out = nullptr;            ///< [n][n_heads * head_dim]
+};
+
+/// Floats of workspace the split kernel needs: splits * n * n_heads * (head_dim + 2).
+std::size_t attention_workspace_floats(int splits, int n, int n_heads, int head_dim);
+
+/// The split length for a model: enough splits at a full context (`capacity` keys) to give the
+/// GPU two blocks per multiprocessor, but at least 128 keys per split (each split writes and the
+/// combine reads head_dim + 2 floats per query row, which must stay small next to the K/V bytes).
+int attention_chunk(int capacity, int n_kv, int multiprocessors);
+
+/// Blocks per KV head for a context of kv_len keys.
+inline int attention_splits(int kv_len, int chunk) { return (kv_len + chunk - 1) / chunk; }
+
+/// `warps` per block (4 on a GPU; the tests also run 1 and 2).
+void attention(const AttentionParams& p, cudaStream_t stream, int warps = 4);
+
+}  // namespace specdec::cuda::kernels

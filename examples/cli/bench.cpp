@@ -1,0 +1,317 @@
+// specdec bench: target-only (baseline) and speculative decoding on the same prompts, in one
+// process, and a table of tokens/s, speedup, acceptance and tokens per round.
+//
+//   specdec bench [--target T] [--draft D] [--ngram N] [--prompts F.jsonl | --prompt-file F]
+//                 [-k 2,4,8] [--adaptive] [--temp 0,0.8] [-n 128] [--repeat 3] [--json]
+//
+// Method. Every repeat runs, for each temperature and each prompt, the baseline and then every
+// speculative configuration, one after the other: machine noise then falls on all of them alike.
+// A configuration's tokens/s is its tokens over its decode time (prefill excluded) summed over
+// the prompts of a domain; its speedup is that over the baseline's tokens/s of the same repeat.
+// The table shows medians over the repeats. Prompt i uses seed + i in every configuration and
+// repeat, so repeats redo identical work and only the timings vary. At temperature 0 the
+// speculative tokens must equal the baseline's: bench checks and reports it.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "common.hpp"
+#include "demo_models.hpp"
+#include "options.hpp"
+
+namespace specdec::cli {
+
+namespace {
+
+struct BenchOptions {
+  std::optional<std::string> target;
+  std::optional<std::string> draft;
+  std::optional<std::size_t> ngram;
+  std::optional<std::string> prompts;
+  std::optional<std::string> prompt_file;
+  std::optional<std::string> models_dir;
+  std::vector<std::size_t> ks{4};
+  bool adaptive = false;
+  std::vector<float> temperatures{0.0f};
+  std::size_t max_new_tokens = 128;
+  std::size_t repeat = 3;
+  std::size_t limit = 0;
+  SamplingFlags sampling;
+  std::size_t threads = 0;
+  bool json = false;
+};
+
+/// Totals of one configuration over the prompts of one domain, in one repeat.
+struct Totals {
+  std::size_t prompts = 0;
+  std::size_t tokens = 0;
+  std::size_t rounds = 0;
+  std::size_t target_passes = 0;
+  std::size_t draft_passes = 0;
+  std::size_t drafted = 0;
+  std::size_t accepted = 0;
+  double decode_seconds = 0;
+
+  void add(const GenerationStats& s) {
+    ++prompts;
+    tokens += s.tokens_emitted;
+    rounds += s.rounds;
+    target_passes += s.target_passes;
+    draft_passes += s.draft_passes;
+    drafted += s.drafted;
+    accepted += s.accepted;
+    decode_seconds += s.decode_seconds;
+  }
+  [[nodiscard]] double tokens_per_second() const { return decode_seconds > 0 ? tokens / decode_seconds : 0.0; }
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  return "unknown";
+}
+
+void run_bench(BenchOptions o) {
+  // Models and prompts: the bundled demo pair and its eval prompts unless told otherwise.
+  std::optional<std::filesystem::path> demo_dir;
+  if (!o.target) {
+    demo_dir = find_models_dir(o.models_dir);
+    o.target = (*demo_dir / kDemoTarget).string();
+    if (!o.draft && !o.ngram) o.draft = (*demo_dir / kDemoDraft).string();
+  }
+  if (!o.draft && !o.ngram) throw Error("bench: give --draft MODEL and/or --ngram N (the drafters to compare)");
+  std::vector<EvalPrompt> prompts;
+  std::string prompt_source;
+  if (o.prompt_file) {
+    prompts.push_back({"all", read_text_file(*o.prompt_file)});
+    prompt_source = *o.prompt_file;
+  } else {
+    if (!o.prompts) {
+      // eval-prompts.jsonl next to the target (the shared pair's layout), else the demo folder's.
+      const auto beside = std::filesystem::path(*o.target).parent_path() / kDemoPrompts;
+      o.prompts = std::filesystem::exists(beside) ? beside.string()
+                                                  : (find_models_dir(o.models_dir) / kDemoPrompts).string();
+    }
+    prompts = read_eval_prompts(*o.prompts);
+    prompt_source = *o.prompts;
+  }
+  if (o.limit > 0) {  // the first `limit` prompts of each domain
+    std::map<std::string, std::size_t> seen;
+    std::erase_if(prompts, [&](const EvalPrompt& p) { return ++seen[p.domain] > o.limit; });
+  }
+
+  Model target = load_model_for_cpu(*o.target, "target", o.threads);
+  std::optional<Model> draft;
+  if (o.draft) {
+    draft = load_model_for_cpu(*o.draft, "draft", o.threads);
+    check_same_vocabulary(target, *draft);
+  }
+  std::vector<std::vector<token_t>> prompt_ids;
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    prompt_ids.push_back(encode_prompt(target, prompts[i].text, fmt::format("{} (prompt {})", prompt_source, i + 1)));
+
+  // The configurations: the baseline first, then each drafter with each k and adaptive k.
+  std::vector<DecodeSetup> setups(1);
+  for (const auto drafter : {DecodeSetup::Drafter::model, DecodeSetup::Drafter::ngram}) {
+    if (drafter == DecodeSetup::Drafter::model && !o.draft) continue;
+    if (drafter == DecodeSetup::Drafter::ngram && !o.ngram) continue;
+    DecodeSetup s;
+    s.drafter = drafter;
+    s.ngram = o.ngram.value_or(3);
+    for (const std::size_t k : o.ks) {
+      s.k = k;
+      setups.push_back(s);
+    }
+    if (o.adaptive) {
+      s.adaptive = true;
+      setups.push_back(s);
+    }
+  }
+  std::vector<std::string> domains;
+  for (const auto& p : prompts)
+    if (std::find(domains.begin(), domains.end(), p.domain) == domains.end()) domains.push_back(p.domain);
+  if (domains.size() > 1) domains.push_back("all");
+
+  // totals[repeat][temperature][setup][domain]
+  using PerDomain = std::map<std::string, Totals>;
+  std::vector<std::vector<std::vector<PerDomain>>> totals(
+      o.repeat, std::vector<std::vector<PerDomain>>(o.temperatures.size(), std::vector<PerDomain>(setups.size())));
+  std::size_t greedy_runs = 0, greedy_mismatches = 0;
+
+  Progress progress;
+  const std::size_t steps = o.repeat * o.temperatures.size() * prompts.size();
+  std::size_t step = 0;
+  for (std::size_t rep = 0; rep < o.repeat; ++rep)
+    for (std::size_t ti = 0; ti < o.temperatures.size(); ++ti)
+      for (std::size_t pi = 0; pi < prompts.size(); ++pi) {
+        progress.update(fmt::format("bench: repeat {}/{}, temperature {}, prompt {}/{} ({:.0f}% done)", rep + 1,
+                                    o.repeat, o.temperatures[ti], pi + 1, prompts.size(),
+                                    100.0 * static_cast<double>(step++) / static_cast<double>(steps)));
+        GenerationConfig config;
+        config.max_new_tokens = o.max_new_tokens;
+        config.sampling = o.sampling.params(o.temperatures[ti]);
+        config.seed = o.sampling.seed + pi;
+        std::vector<token_t> baseline_tokens;
+        for (std::size_t si = 0; si < setups.size(); ++si) {
+          const GenerationResult r =
+              run_decode(target, draft ? &*draft : nullptr, setups[si], prompt_ids[pi], config);
+          if (si == 0) {
+            baseline_tokens = r.tokens;
+          } else if (config.sampling.greedy() && rep == 0) {
+            ++greedy_runs;
+            if (r.tokens != baseline_tokens) ++greedy_mismatches;
+          }
+          totals[rep][ti][si][prompts[pi].domain].add(r.stats);
+          if (domains.size() > 1) totals[rep][ti][si]["all"].add(r.stats);
+        }
+      }
+  progress.clear();
+
+  // Medians over the repeats; counts from the first repeat (every repeat does the same work).
+  nlohmann::json results = nlohmann::json::array();
+  for (std::size_t ti = 0; ti < o.temperatures.size(); ++ti)
+    for (const auto& domain : domains)
+      for (std::size_t si = 0; si < setups.size(); ++si) {
+        std::vector<double> tps, speedups;
+        for (std::size_t rep = 0; rep < o.repeat; ++rep) {
+          const Totals& t = totals[rep][ti][si][domain];
+          const Totals& base = totals[rep][ti][0][domain];
+          tps.push_back(t.tokens_per_second());
+          speedups.push_back(base.tokens_per_second() > 0 ? t.tokens_per_second() / base.tokens_per_second() : 0.0);
+        }
+        const Totals& t = totals[0][ti][si][domain];
+        const DecodeSetup& s = setups[si];
+        nlohmann::json row = {
+            {"temperature", as_typed(o.temperatures[ti])},
+            {"domain", domain},
+            {"config", s.label()},
+            {"drafter", s.drafter == DecodeSetup::Drafter::none    ? "none"
+                        : s.drafter == DecodeSetup::Drafter::model ? "model"
+                                                                   : "ngram"},
+            {"k", s.drafter == DecodeSetup::Drafter::none ? nlohmann::json(nullptr)
+                  : s.adaptive                            ? nlohmann::json("adaptive")
+                                                          : nlohmann::json(s.k)},
+            {"prompts", t.prompts},
+            {"tokens", t.tokens},
+            {"rounds", t.rounds},
+            {"target_passes", t.target_passes},
+            {"draft_passes", t.draft_passes},
+            {"drafted", t.drafted},
+            {"accepted", t.accepted},
+            {"acceptance_rate", t.drafted ? static_cast<double>(t.accepted) / static_cast<double>(t.drafted) : 0.0},
+            {"mean_tokens_per_round", t.rounds ? static_cast<double>(t.tokens) / static_cast<double>(t.rounds) : 0.0},
+            {"tokens_per_second", median(tps)},
+            {"speedup", median(speedups)},
+            {"tokens_per_second_runs", tps},
+            {"speedup_runs", speedups}};
+        if (s.drafter == DecodeSetup::Drafter::ngram) row["ngram"] = s.ngram;
+        results.push_back(std::move(row));
+      }
+
+  if (o.json) {
+    nlohmann::json out = {
+        {"command", command_line()},
+        {"machine", {{"cpu", cpu_name()}, {"online_cpus", sysconf(_SC_NPROCESSORS_ONLN)}}},
+        {"target", *o.target},
+        {"draft", o.draft ? nlohmann::json(*o.draft) : nlohmann::json(nullptr)},
+        {"prompts", prompt_source},
+        {"max_new_tokens", o.max_new_tokens},
+        {"repeat", o.repeat},
+        {"seed", o.sampling.seed},
+        {"threads", target.lm->threads()},
+        {"greedy_runs_compared", greedy_runs},
+        {"greedy_runs_identical", greedy_runs - greedy_mismatches},
+        {"results", results}};
+    print_json(out);
+  } else {
+    fmt::print("target {}{}\nprompts {} ({} prompts), {} new tokens each, {} repeat(s), {} thread(s), medians\n",
+               *o.target, o.draft ? "\ndraft  " + *o.draft : std::string(), prompt_source, prompts.size(),
+               o.max_new_tokens, o.repeat, target.lm->threads());
+    std::string last_group;
+    for (const auto& r : results) {
+      const std::string group = fmt::format("temperature {} | {} ({} prompts)", r["temperature"].get<double>(),
+                                            r["domain"].get<std::string>(), r["prompts"].get<std::size_t>());
+      if (group != last_group) {
+        fmt::print("\n{}\n  {:<30} {:>9} {:>8} {:>11} {:>13} {:>14}\n", group, "config", "tok/s", "speedup",
+                   "acceptance", "tokens/round", "target passes");
+        last_group = group;
+      }
+      const bool base = r["drafter"] == "none";
+      fmt::print("  {:<30} {:>9.1f} {:>7.2f}x {:>11} {:>13.2f} {:>14}\n", r["config"].get<std::string>(),
+                 r["tokens_per_second"].get<double>(), r["speedup"].get<double>(),
+                 base ? std::string("-") : fmt::format("{:.3f}", r["acceptance_rate"].get<double>()),
+                 r["mean_tokens_per_round"].get<double>(), r["target_passes"].get<std::size_t>());
+    }
+    if (greedy_runs > 0)
+      fmt::print("\ngreedy (temperature 0): {}/{} speculative runs emitted exactly the baseline's tokens\n",
+                 greedy_runs - greedy_mismatches, greedy_runs);
+  }
+  if (greedy_mismatches > 0)
+    throw Error(fmt::format("bench: {} of {} greedy speculative runs differ from the baseline", greedy_mismatches,
+                            greedy_runs));
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "baseline vs speculative decoding on the same prompts, one process: tokens/s, speedup, acceptance");
+  cmd->add_option("--target", o->target, "target model (default: the bundled demo pair)")->check(CLI::ExistingPath);
+  cmd->add_option("--draft", o->draft, "draft model")->check(CLI::ExistingPath);
+  cmd->add_option("--ngram", o->ngram, "also benchmark the n-gram (prompt lookup) drafter, n <= N")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{64}));
+  auto* prompts = cmd->add_option("--prompts", o->prompts,
+                                  "JSON lines {\"domain\": ..., \"text\": ...} (default: eval-prompts.jsonl beside "
+                                  "the target, else the demo models')")
+                      ->check(CLI::ExistingFile);
+  auto* prompt_file = cmd->add_option("--prompt-file", o->prompt_file, "one prompt, from a text file")->check(CLI::ExistingFile);
+  prompts->excludes(prompt_file);
+  cmd->add_option("--models-dir", o->models_dir, "where the demo models are (default: found automatically)");
+  cmd->add_option("-k", o->ks, "draft lengths to run, e.g. 2,4,8")
+      ->delimiter(',')
+      ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
+      ->capture_default_str();
+  cmd->add_flag("--adaptive", o->adaptive, "also run adaptive k");
+  cmd->add_option("--temp", o->temperatures, "temperatures to run, e.g. 0,0.8")
+      ->delimiter(',')
+      ->check(kTemperature)
+      ->capture_default_str();
+  cmd->add_option("-n,--max-tokens", o->max_new_tokens, "tokens generated per prompt")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--repeat", o->repeat, "repeats (the table shows medians)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1000}))
+      ->capture_default_str();
+  cmd->add_option("--limit", o->limit, "use only the first N prompts of each domain (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  add_sampling_flags(*cmd, o->sampling);
+  add_threads_flag(*cmd, o->threads);
+  cmd->add_flag("--json", o->json, "print the results as one JSON object (input of tools/plot_bench.py)");
+  cmd->callback([o] { run_bench(*o); });
+}
+
+}  // namespace specdec::cli

@@ -1,0 +1,164 @@
+// The model-file subcommands:
+//   specdec info FILE [--metadata]                     what a model file or folder holds
+//   specdec logits --model M --tokens 1,2,3 --out F    logits of one forward, raw float32 [n x vocab]
+//   specdec convert IN.gguf OUT.gguf --type q8_0|f16   rewrite the weight matrices as Q8_0 or F16
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "commands.hpp"
+#include "common.hpp"
+#include "options.hpp"
+#include "specdec/model/gguf.hpp"
+#include "specdec/model/gguf_writer.hpp"
+
+namespace specdec::cli {
+
+namespace {
+
+bool is_gguf(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+// ------------------------------------------------------------------------ info
+
+struct InfoOptions {
+  std::string path;
+  bool metadata = false;
+};
+
+void run_info(const InfoOptions& o) {
+  LoadedModel model;
+  try {
+    model = specdec::load_model(o.path);
+  } catch (const Error&) {
+    // A GGUF that parses but cannot be loaded (say, tensor types specdec cannot compute with):
+    // still show what it holds, then report why it cannot be used.
+    if (!is_gguf(o.path)) throw;
+    std::optional<GgufFile> gguf;
+    try {
+      gguf = read_gguf(o.path);
+    } catch (const Error&) {
+    }
+    if (gguf) {
+      fmt::print("{}tensors as stored:\n", describe_gguf_metadata(*gguf));
+      for (const auto& t : gguf->tensors) {
+        const char* type = ggml_type_name(t.ggml_type);
+        fmt::print("  {:<40} {:<8} [{}] {} bytes{}\n", t.name, type ? type : "?", fmt::join(t.shape, ", "), t.nbytes,
+                   t.dtype ? "" : "  (type not supported by specdec)");
+      }
+      std::fflush(stdout);
+    }
+    throw;
+  }
+  fmt::print("{}", describe_model(model));
+  if (o.metadata && is_gguf(o.path)) fmt::print("\n{}", describe_gguf_metadata(read_gguf(o.path)));
+}
+
+// ------------------------------------------------------------------------ logits
+
+struct LogitsOptions {
+  std::string model;
+  std::vector<std::int64_t> tokens;
+  std::string out;
+  std::size_t threads = 0;
+};
+
+void run_logits(const LogitsOptions& o) {
+  Model model = load_model_for_cpu(o.model, "model", o.threads);
+  const std::size_t vocab = model.lm->vocab_size();
+  const std::size_t context = model.lm->context_length();
+  std::vector<token_t> ids;
+  for (const std::int64_t t : o.tokens) {
+    if (t < 0 || static_cast<std::uint64_t>(t) >= vocab)
+      throw Error(fmt::format("--tokens: token id {} is outside the model's vocabulary [0, {})", t, vocab));
+    ids.push_back(static_cast<token_t>(t));
+  }
+  if (ids.size() > context)
+    throw Error(fmt::format("--tokens: {} tokens do not fit the model's context of {}", ids.size(), context));
+
+  const LogitsView logits = model.lm->forward(ids);  // [n x vocab], one forward
+  if (logits.rows != ids.size() || logits.vocab != vocab || logits.where != Memory::host)
+    throw Error("logits: the backend returned an unexpected logits shape");
+  // The file is raw little-endian float32, row-major [n x vocab] (the host's order: specdec
+  // only builds on little-endian hosts, see gguf_writer.hpp).
+  std::ofstream out(o.out, std::ios::binary | std::ios::trunc);
+  if (!out) throw Error(fmt::format("--out {}: cannot open for writing", o.out));
+  const std::size_t bytes = logits.rows * logits.vocab * sizeof(float);
+  out.write(reinterpret_cast<const char*>(logits.data), static_cast<std::streamsize>(bytes));
+  if (!out.flush()) throw Error(fmt::format("--out {}: write failed", o.out));
+  fmt::print(stderr, "wrote {} x {} float32 logits ({} bytes) to {}\n", logits.rows, logits.vocab, bytes, o.out);
+}
+
+// ------------------------------------------------------------------------ convert
+
+struct ConvertOptions {
+  std::string in;
+  std::string out;
+  std::string type;
+};
+
+void run_convert(const ConvertOptions& o) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(o.in, o.out, ec))
+    throw Error(fmt::format("convert: the output {} is the input file (it is read while the output is written)", o.out));
+  const DType type = o.type == "q8_0" ? DType::q8_0 : DType::f16;
+  const ConvertReport report = convert_gguf(o.in, o.out, type);
+  std::uint64_t before = 0;
+  for (const auto& t : report.tensors) {
+    fmt::print("  {:<32} [{}] {} -> {} ({} -> {} bytes)\n", t.name, fmt::join(t.shape, ", "), dtype_name(t.from),
+               dtype_name(t.to), t.bytes_before, t.bytes_after);
+    before += t.bytes_before;
+  }
+  fmt::print("wrote {}: {} tensors, {} bytes of tensor data before, file {} bytes\n", o.out, report.tensors.size(),
+             before, report.file_bytes);
+}
+
+}  // namespace
+
+void add_info(CLI::App& app) {
+  auto o = std::make_shared<InfoOptions>();
+  CLI::App* cmd = app.add_subcommand("info", "what a model file holds: format, config, tensor table, tokenizer");
+  cmd->add_option("file", o->path, "a .gguf file or a Hugging Face folder")->required()->check(CLI::ExistingPath);
+  cmd->add_flag("--metadata", o->metadata, "also print every GGUF metadata key");
+  cmd->callback([o] { run_info(*o); });
+}
+
+void add_logits(CLI::App& app) {
+  auto o = std::make_shared<LogitsOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "logits", "evaluate token ids in one forward; write all logits as raw little-endian float32 [n x vocab]");
+  cmd->add_option("--model", o->model, "a .gguf file or a Hugging Face folder")->required()->check(CLI::ExistingPath);
+  cmd->add_option("--tokens", o->tokens, "comma-separated token ids, e.g. 1,2,3 (no BOS is added)")
+      ->required()
+      ->delimiter(',');
+  cmd->add_option("--out", o->out, "output file")->required();
+  add_threads_flag(*cmd, o->threads);
+  cmd->callback([o] { run_logits(*o); });
+}
+
+void add_convert(CLI::App& app) {
+  auto o = std::make_shared<ConvertOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "convert", "rewrite a GGUF model with its weight matrices in Q8_0 or F16 (norms stay F32, as llama.cpp does)");
+  cmd->add_option("in", o->in, "input .gguf (F32, F16 or BF16 tensors)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("out", o->out, "output .gguf")->required();
+  cmd->add_option("--type", o->type, "q8_0 or f16")
+      ->required()
+      ->transform(CLI::IsMember({"q8_0", "f16"}, CLI::ignore_case));
+  cmd->callback([o] { run_convert(*o); });
+}
+
+}  // namespace specdec::cli

@@ -1,0 +1,216 @@
+#include "trace.hpp"
+
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "common.hpp"
+
+namespace specdec::cli {
+
+namespace {
+
+nlohmann::json token_json(const Tokenizer* tokenizer, token_t id) {
+  if (id < 0) return nullptr;
+  return {{"id", id}, {"text", tokenizer ? display_token(*tokenizer, id) : fmt::format("[{}]", id)}};
+}
+
+// The page. Colours: accepted draft tokens green, the rejected draft token red and struck
+// through, drafted tokens after it (never reached by the verifier) grey, the correction sampled
+// from the residual orange, the bonus token from the target's last row blue. Rounds without a
+// draft (target-only steps) show only the target's token.
+constexpr const char* kPageHead = R"html(<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>specdec trace</title>
+<style>
+  :root { --acc: #1a7f37; --acc-bg: #dafbe1; --rej: #cf222e; --rej-bg: #ffebe9; --cor: #bc4c00;
+          --cor-bg: #fff1e5; --bon: #0550ae; --bon-bg: #ddf4ff; --dim: #8c959f; --line: #d0d7de; }
+  body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #1f2328; }
+  h1 { font-size: 20px; margin: 0 0 8px; }
+  h2 { font-size: 16px; margin: 24px 0 8px; }
+  .pills span { display: inline-block; background: #f6f8fa; border: 1px solid var(--line);
+                border-radius: 12px; padding: 1px 9px; margin: 2px 4px 2px 0; font-size: 12px; }
+  .pills b { font-weight: 600; }
+  .legend span.tok { margin-right: 12px; }
+  .tok { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 12.5px;
+         white-space: pre; border-radius: 4px; padding: 1px 3px; margin: 1px; display: inline-block;
+         border: 1px solid transparent; }
+  .acc { background: var(--acc-bg); color: var(--acc); border-color: #aceebb; }
+  .rej { background: var(--rej-bg); color: var(--rej); text-decoration: line-through; border-color: #ffcecb; }
+  .skip { color: var(--dim); border: 1px dashed var(--line); }
+  .cor { background: var(--cor-bg); color: var(--cor); border-color: #ffd8b5; font-weight: 600; }
+  .bon { background: var(--bon-bg); color: var(--bon); border-color: #b6e3ff; font-weight: 600; }
+  .step { background: #f6f8fa; color: #1f2328; border-color: var(--line); }
+  #text { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 13px;
+          white-space: pre-wrap; word-break: break-word; border: 1px solid var(--line); border-radius: 6px;
+          padding: 10px 12px; background: #fff; }
+  #text .prompt { color: var(--dim); }
+  #text span.g { border-radius: 3px; }
+  #text span.g.acc, #text span.g.cor, #text span.g.bon, #text span.g.step
+    { padding: 0; margin: 0; border: none; display: inline; font-size: inherit; }
+  table { border-collapse: collapse; width: 100%; }
+  th, td { border-bottom: 1px solid var(--line); padding: 4px 8px; text-align: left; vertical-align: top; }
+  th { font-weight: 600; background: #f6f8fa; position: sticky; top: 0; }
+  td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+  .barbg { display: inline-block; width: 60px; height: 8px; background: #eaeef2; border-radius: 2px;
+           margin-right: 6px; vertical-align: middle; overflow: hidden; }
+  .bar { display: block; height: 100%; background: var(--acc); }
+  .arrow { color: var(--dim); margin: 0 4px; }
+  .note { color: var(--dim); font-size: 12px; }
+</style>
+</head>
+<body>
+<h1 id="title">specdec trace</h1>
+<div class="pills" id="settings"></div>
+<div class="pills" id="summary"></div>
+<p class="legend">
+  <span class="tok acc">accepted</span><span class="tok rej">rejected</span><span class="tok skip">not reached</span>
+  <span class="tok cor">correction (residual sample)</span><span class="tok bon">bonus (all accepted)</span>
+  <span class="tok step">target step (no draft)</span>
+</p>
+<h2>Output</h2>
+<div id="text"></div>
+<h2>Rounds</h2>
+<table>
+  <thead><tr><th>#</th><th>pos</th><th>k</th><th>drafted &rarr; target's token</th><th>accepted</th></tr></thead>
+  <tbody id="rounds"></tbody>
+</table>
+<p class="note">Times exclude the prompt prefill. Acceptance = accepted / drafted tokens of the round.</p>
+<script type="application/json" id="trace-data">)html";
+
+constexpr const char* kPageTail = R"html(</script>
+<script>
+"use strict";
+(function () {
+  const data = JSON.parse(document.getElementById("trace-data").textContent);
+  const el = (tag, cls, text) => {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  };
+  // Chips show whitespace visibly; the output text shows it as it is.
+  const visible = (s) => s.replace(/ /g, "\u00b7").replace(/\n/g, "\u21b5").replace(/\t/g, "\u2192");
+  const chip = (tok, cls) => el("span", "tok " + cls, visible(tok.text));
+  const pill = (box, key, value) => {
+    const p = el("span");
+    p.append(el("b", null, key + ": "), document.createTextNode(String(value)));
+    box.append(p);
+  };
+
+  document.getElementById("title").textContent = data.title;
+  const settings = document.getElementById("settings");
+  for (const [key, value] of Object.entries(data.settings)) pill(settings, key, value);
+  const s = data.stats, summary = document.getElementById("summary");
+  pill(summary, "tokens", s.tokens_emitted);
+  pill(summary, "rounds", s.rounds);
+  pill(summary, "target passes", s.target_passes);
+  pill(summary, "acceptance", s.drafted ? (s.acceptance_rate.toFixed(3) + " (" + s.accepted + "/" + s.drafted + ")") : "n/a");
+  pill(summary, "tokens/round", s.mean_tokens_per_round.toFixed(2));
+  pill(summary, "tok/s", s.tokens_per_second.toFixed(1));
+  pill(summary, "stop", data.stop_reason);
+
+  const text = document.getElementById("text");
+  text.append(el("span", "prompt", data.prompt_text));
+  const tbody = document.getElementById("rounds");
+  data.rounds.forEach((r, i) => {
+    const tr = el("tr", "round");
+    tr.dataset.round = String(i);
+    tr.dataset.drafted = String(r.drafted.length);
+    tr.dataset.accepted = String(r.accepted);
+    const cells = [el("td", "num", String(i + 1)), el("td", "num", String(r.position)),
+                   el("td", "num", String(r.drafted.length))];
+    const chips = el("td");
+    const emitted = [];
+    r.drafted.forEach((t, j) => {
+      const cls = j < r.accepted ? "acc" : (j === r.accepted ? "rej" : "skip");
+      chips.append(chip(t, cls));
+      if (j < r.accepted) emitted.push([t, "acc"]);
+    });
+    const kind = r.drafted.length === 0 ? "step" : (r.bonus ? "bon" : "cor");
+    if (r.next) {
+      if (r.drafted.length) chips.append(el("span", "arrow", "\u2192"));
+      chips.append(chip(r.next, kind));
+      emitted.push([r.next, kind]);
+    }
+    const acc = el("td", "num");
+    if (r.drafted.length) {
+      const frac = r.accepted / r.drafted.length;
+      const bg = el("span", "barbg"), bar = el("span", "bar");
+      bar.style.width = Math.round(60 * frac) + "px";
+      bg.append(bar);
+      acc.append(bg, document.createTextNode(r.accepted + "/" + r.drafted.length));
+    } else {
+      acc.textContent = "\u2013";
+    }
+    tr.append(...cells, chips, acc);
+    tbody.append(tr);
+    // A stop (EOS, budget, stop string) may cut the round's tokens short.
+    emitted.slice(0, r.emitted).forEach(([t, cls]) => {
+      const span = el("span", "g " + cls, t.text);
+      span.title = "round " + (i + 1) + ", token " + t.id;
+      text.append(span);
+    });
+  });
+  document.body.dataset.rendered = String(data.rounds.length);
+})();
+</script>
+</body>
+</html>
+)html";
+
+}  // namespace
+
+nlohmann::json trace_data(const TraceInput& input) {
+  const GenerationResult& result = *input.result;
+  nlohmann::json data;
+  data["title"] = input.title;
+  data["settings"] = input.settings;
+  data["stats"] = stats_json(result.stats);
+  data["stop_reason"] = std::string(to_string(result.stop_reason));
+  data["prompt_text"] = input.tokenizer ? input.tokenizer->decode(input.prompt) : std::string();
+  nlohmann::json rounds = nlohmann::json::array();
+  if (result.rounds.empty()) {
+    // Target-only decoding records no rounds: each token is its own step.
+    for (std::size_t i = 0; i < result.tokens.size(); ++i)
+      rounds.push_back({{"position", input.prompt.size() + i},
+                        {"drafted", nlohmann::json::array()},
+                        {"accepted", 0},
+                        {"next", token_json(input.tokenizer, result.tokens[i])},
+                        {"bonus", false},
+                        {"emitted", 1}});
+  }
+  for (const RoundRecord& r : result.rounds) {
+    nlohmann::json drafted = nlohmann::json::array();
+    for (const token_t t : r.drafted) drafted.push_back(token_json(input.tokenizer, t));
+    rounds.push_back({{"position", r.position},
+                      {"drafted", drafted},
+                      {"accepted", r.accepted},
+                      {"next", token_json(input.tokenizer, r.next)},
+                      {"bonus", r.bonus},
+                      {"emitted", r.emitted}});
+  }
+  data["rounds"] = std::move(rounds);
+  return data;
+}
+
+std::string trace_html(const TraceInput& input) {
+  std::string json = trace_data(input).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // Inside <script>, "</script" or "<!--" in a token's text would end or confuse the element:
+  // write every '<' (it only occurs inside JSON strings) as the escape \u003c.
+  for (std::size_t at = json.find('<'); at != std::string::npos; at = json.find('<', at + 6))
+    json.replace(at, 1, "\\u003c");
+  return std::string(kPageHead) + json + kPageTail;
+}
+
+void write_trace(const std::string& path, const TraceInput& input) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw Error(fmt::format("--trace {}: cannot open for writing", path));
+  out << trace_html(input);
+  if (!out.flush()) throw Error(fmt::format("--trace {}: write failed", path));
+}
+
+}  // namespace specdec::cli

@@ -1,0 +1,197 @@
+#pragma once
+// The CPU backend's compute kernels: the weight x activations product for every weight dtype and
+// instruction set, and the CPU feature detection that picks them. The Transformer is their main
+// user; tests and benchmarks call them directly.
+//
+// The product is y[t][r] = dot(W[r, :], x[t, :]) for weight rows r and tokens t. One call covers
+// all n tokens of a forward pass and a range of weight rows (threads split the rows), and reads
+// each weight from memory once: tokens are processed in chunks of up to 16 while the rows of the
+// range are still in cache.
+//
+// Reduction order. Every path computes each dot product in an order that depends only on the
+// row and the token's own activations, never on n, on the row range or on the thread, so that a
+// logits row is bitwise independent of how many tokens shared its forward call:
+//  - F32, F16 and BF16 weights with f32 activations ("fma" paths): 16 partial sums, lane l takes
+//    the products k = l, l + 16, l + 32, ... in increasing k as fused multiply-adds (starting from
+//    +0), then a fixed tree: s8[l] = a[l] + a[l+8], s4[l] = s8[l] + s8[l+4],
+//    s2[l] = s4[l] + s4[l+2], result = s2[0] + s2[1]. The portable, AVX2 and AVX-512 kernels all
+//    follow this order, so they give bitwise identical results.
+//  - Q8_0 weights: activations are quantised per block of 32 like llama.cpp does (d = amax/127
+//    rounded to f16, q = round(x / d)); the integer block dot products are exact, and
+//    acc = fma(float(isum_b), d_w[b] * d_x[b], acc) runs over the blocks b in order. Portable,
+//    AVX2 and AMX kernels all give bitwise identical results.
+//  - BF16 weights on AMX: activations are rounded to bf16 (like llama.cpp and PyTorch bf16
+//    inference), products are exact, and the tile unit accumulates each (row, token) element on
+//    its own in the hardware's fixed order (measured: not exactly a chain of fused multiply-adds,
+//    so no portable twin reproduces it; the tests check it against a double-precision product).
+//    Tokens are always padded to 16, so the element's computation never depends on n.
+//    Without AMX, BF16 weights take the fma path with f32 activations.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <new>
+#include <span>
+#include <vector>
+
+#include "specdec/cpu/kernel_args.hpp"
+#include "specdec/model/weights.hpp"
+
+namespace specdec::cpu {
+
+// ------------------------------------------------------------------------------------------------
+// CPU features and kernel selection
+
+/// Instruction-set level of the kernels, from the least to the most capable.
+enum class Isa : std::uint8_t {
+  portable,  ///< plain C++
+  avx2,      ///< AVX2 + FMA + F16C (AVX-VNNI used for Q8_0 when present)
+  avx512,    ///< AVX-512 F/BW/VL/DQ
+  amx,       ///< avx512 plus AMX-BF16 / AMX-INT8 tiles for BF16 and Q8_0 weights
+};
+const char* isa_name(Isa isa) noexcept;
+
+struct CpuFeatures {
+  bool avx2 = false;       ///< AVX2, FMA, F16C and the OS saves ymm state
+  bool avx_vnni = false;   ///< AVX-VNNI (VEX vpdpbusd)
+  bool avx512 = false;     ///< AVX-512 F, BW, VL, DQ and the OS saves zmm state
+  bool avx512_vnni = false;
+  bool avx512_bf16 = false;
+  bool amx = false;        ///< AMX-TILE, -BF16, -INT8 and the kernel granted this process tile data
+};
+
+/// Detected once (cpuid, xgetbv, and for AMX the arch_prctl permission request).
+const CpuFeatures& cpu_features();
+/// The most capable Isa this machine runs.
+Isa best_isa();
+/// Whether this machine can run kernels of `isa`.
+bool isa_supported(Isa isa);
+/// The Isa new Transformers use (each keeps the one it was built with): the override set by
+/// set_isa_override(), else the environment variable SPECDEC_CPU_ISA (portable, avx2, avx512,
+/// amx) when set, else best_isa(). Throws specdec::Error naming the variable when it asks for an
+/// unknown or unsupported level.
+Isa default_isa();
+/// For tests and benchmarks: makes default_isa() return `isa` (throws when unsupported);
+/// std::nullopt restores the default. Not thread-safe with Transformer construction.
+void set_isa_override(std::optional<Isa> isa);
+/// Parses "portable", "avx2", "avx512", "amx"; throws specdec::Error otherwise.
+Isa parse_isa(std::string_view name);
+
+/// Number of physical cores this process may run on (its affinity mask, SMT siblings counted once).
+std::size_t physical_cores();
+
+// ------------------------------------------------------------------------------------------------
+// Weight x activations
+
+/// A weight matrix [rows, cols] in place in a memory map.
+struct MatrixRef {
+  DType dtype = DType::f32;
+  const std::byte* data = nullptr;
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  std::size_t row_bytes = 0;  ///< bytes from one row to the next
+
+  /// The view of a 2-D tensor; throws specdec::Error naming it when the CPU backend cannot use
+  /// its dtype (F32, F16, BF16, Q8_0 are supported) or when its rows do not hold whole blocks.
+  static MatrixRef of(const Tensor& t);
+};
+
+/// Whether the kernels for `isa` read activations for `dtype` weights as bf16 (AMX) or Q8_0.
+enum class InputFormat : std::uint8_t { f32, bf16_tiles, q8_0_rows, q8_0_tiles };
+InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols);
+
+/// Activations x [n, cols] converted once per forward step into what the kernels of one
+/// (Isa, weight dtype) read; shared by every matrix with that input (q, k and v; gate and up).
+class PackedInput {
+ public:
+  /// x: n rows of `cols` floats, row t at x + t * ldx.
+  void pack(Isa isa, DType weight_dtype, const float* x, std::size_t n, std::size_t cols, std::size_t ldx);
+
+  [[nodiscard]] std::size_t n() const noexcept { return n_; }
+  [[nodiscard]] std::size_t cols() const noexcept { return cols_; }
+  [[nodiscard]] Isa isa() const noexcept { return isa_; }
+  [[nodiscard]] InputFormat format() const noexcept { return format_; }
+
+  // Layouts (read by the kernels; 64-byte aligned):
+  //  f32:         f32 [n][cols]
+  //  bf16_tiles:  per chunk of 16 tokens and per 32 columns, a 16 x 64-byte AMX tile:
+  //               uint16 [chunks][cols/32][16 pairs][16 tokens][2]          (bf16, zero padded)
+  //  q8_0_rows:   int8 [n][cols], scales f32 [n][cols/32]
+  //  q8_0_tiles:  per chunk and per block, an 8 x 64-byte AMX tile:
+  //               int8 [chunks][cols/32][8][16 tokens][4], scales f32 [chunks][cols/32][16]
+  [[nodiscard]] const float* f32() const noexcept { return f32_.data(); }
+  [[nodiscard]] const std::uint16_t* bf16() const noexcept { return bf16_.data(); }
+  [[nodiscard]] const std::int8_t* q8() const noexcept { return q8_.data(); }
+  [[nodiscard]] const float* q8_scales() const noexcept { return scales_.data(); }
+
+ private:
+  template <class T>
+  struct AlignedAlloc {
+    using value_type = T;
+    AlignedAlloc() = default;
+    template <class U>
+    AlignedAlloc(const AlignedAlloc<U>&) noexcept {}  // NOLINT(google-explicit-constructor)
+    // Whole 64-byte lines, 64-byte aligned, so that full-width loads at the end stay inside.
+    T* allocate(std::size_t count) {
+      return static_cast<T*>(::operator new((count * sizeof(T) + 63) / 64 * 64, std::align_val_t{64}));
+    }
+    void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
+    template <class U>
+    bool operator==(const AlignedAlloc<U>&) const noexcept { return true; }
+  };
+  template <class T>
+  using AlignedVector = std::vector<T, AlignedAlloc<T>>;
+
+  Isa isa_ = Isa::portable;
+  InputFormat format_ = InputFormat::f32;
+  std::size_t n_ = 0, cols_ = 0;
+  AlignedVector<float> f32_;
+  AlignedVector<std::uint16_t> bf16_;
+  AlignedVector<std::int8_t> q8_;
+  AlignedVector<float> scales_;
+};
+
+/// y[t * ldy + r] = dot(W[r, :], x[t, :]) for r in [row_begin, row_end) and t < x.n().
+/// x must have been packed for (isa, w.dtype) with x.cols() == w.cols.
+void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_begin, std::size_t row_end,
+            float* y, std::size_t ldy);
+
+// ------------------------------------------------------------------------------------------------
+// Element conversions shared by the backend (round to nearest even, like the hardware)
+
+float f16_to_f32(std::uint16_t h) noexcept;
+std::uint16_t f32_to_f16(float f) noexcept;
+inline float bf16_to_f32(std::uint16_t h) noexcept {
+  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof f);
+  return f;
+}
+std::uint16_t f32_to_bf16(float f) noexcept;
+
+/// Quantises `count` floats (a multiple of 32) to Q8_0 blocks (34 bytes per 32 values) the way
+/// llama.cpp's reference quantize_row_q8_0 does: d = amax / 127 stored as f16, q = round(x / d).
+void quantize_row_q8_0(const float* x, std::byte* out, std::size_t count);
+
+/// Row r of a matrix as floats (dequantised), for embedding look-ups and tests.
+void dequantize_row(const MatrixRef& w, std::size_t r, float* out);
+
+/// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp_f32(-gate[i])) * up[i], bitwise the same on
+/// every Isa.
+void swiglu(Isa isa, const float* gate, const float* up, float* out, std::size_t count);
+/// Sum of x[i]^2 in the canonical 16-lane order (RMSNorm), bitwise the same on every Isa.
+float sum_squares(Isa isa, const float* x, std::size_t count);
+/// Rounds a row to f16 (KV cache), nearest even.
+void f32_to_f16_row(Isa isa, const float* in, std::uint16_t* out, std::size_t count);
+/// One query head's attention over cached positions, bitwise the same on every Isa:
+/// s_j = dot(q, k_j) (canonical order) * scale; e_j = exp_f32(s_j - max s); sum = e summed in 16
+/// lanes (lane l takes j = l, l + 16, ...) and the fixed tree; out[d] = (e_0 v_0[d] + e_1 v_1[d] +
+/// ...) in increasing j as fused multiply-adds, then / sum.
+void attend(Isa isa, const AttentionArgs& args);
+/// exp(x) for float x, within 2 ulp (Cephes polynomial), bitwise identical on every Isa (same
+/// operations, fused multiply-adds, same order). x > 88 gives exp(88); x < -87 gives 0.
+float exp_f32(float x) noexcept;
+
+}  // namespace specdec::cpu

@@ -1,0 +1,81 @@
+#pragma once
+// The CPU backend: a Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) with a KV cache, reading
+// its weights in place from the memory-mapped files (F32, F16, BF16, Q8_0).
+//
+// What makes it suitable for exact speculative decoding:
+//  - forward(t) costs about one pass over the weights whatever t.size() is (up to 16 tokens the
+//    weights are streamed from memory once; the compute per token is small next to that);
+//  - rollback(n) is O(1): it only moves the end of the KV cache;
+//  - batch invariance: the logits row of a position is bitwise the same whether that position
+//    was computed alone or together with up to 15 other tokens in the same call (in fact for any
+//    call size). Every reduction (matrix-vector dot products, attention, norms) runs in an order
+//    that depends only on the position and the model, never on how many tokens share the call,
+//    nor on the thread count. So greedy speculative decoding emits exactly the tokens that greedy
+//    plain decoding emits.
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "specdec/common.hpp"
+#include "specdec/model/causal_lm.hpp"
+#include "specdec/model/config.hpp"
+#include "specdec/model/loader.hpp"
+#include "specdec/model/weights.hpp"
+
+namespace specdec::cpu {
+
+/// Element type of the KV cache. f16 halves its memory and its read traffic at long contexts.
+enum class KvType { f32, f16 };
+
+struct Options {
+  std::size_t threads = 0;         ///< 0: the number of physical cores this process may use
+  KvType kv_type = KvType::f32;
+  std::size_t context_length = 0;  ///< 0: the model's context length (config.context_length)
+};
+
+class Transformer {
+ public:
+  /// Several Transformers may share one WeightStore (a draft and a target from one file, or two
+  /// sequences of one model): weights exist once in memory. Throws specdec::Error when a tensor
+  /// the config needs is missing, has the wrong shape or a dtype the CPU backend cannot use.
+  Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights, Options options = {});
+  explicit Transformer(const LoadedModel& model, Options options = {});
+  ~Transformer();
+  Transformer(Transformer&&) noexcept;
+  Transformer& operator=(Transformer&&) noexcept;
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  /// Appends `tokens` after the cached prefix and returns one row of logits per token (host
+  /// memory, valid until the next call). Throws specdec::Error, leaving the cache unchanged, on
+  /// an empty span, a token id outside [0, vocab_size) or when the context would overflow.
+  LogitsView forward(std::span<const token_t> tokens);
+
+  /// Keeps the first n cached positions. O(1). Throws specdec::Error when n > cached().
+  void rollback(std::size_t n);
+  void reset() { cached_ = 0; }
+
+  [[nodiscard]] std::size_t cached() const noexcept { return cached_; }
+  [[nodiscard]] std::size_t vocab_size() const noexcept { return config_.vocab_size; }
+  [[nodiscard]] std::size_t context_length() const noexcept { return context_length_; }
+  [[nodiscard]] const ModelConfig& config() const noexcept { return config_; }
+  [[nodiscard]] std::size_t threads() const noexcept;
+  /// Bytes of the KV cache's allocation (its pages become resident as positions are used).
+  [[nodiscard]] std::size_t kv_cache_bytes() const noexcept;
+
+ private:
+  struct State;  // buffers, KV cache, resolved tensors (defined in transformer.cpp)
+  void step(std::span<const token_t> tokens, float* logits);  // at most max_step_tokens
+
+  ModelConfig config_;
+  std::shared_ptr<const WeightStore> weights_;
+  Options options_;
+  std::size_t context_length_ = 0;
+  std::size_t cached_ = 0;
+  std::unique_ptr<State> state_;
+};
+
+static_assert(CausalLM<Transformer>);
+
+}  // namespace specdec::cpu

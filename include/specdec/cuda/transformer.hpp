@@ -1,0 +1,130 @@
+#pragma once
+// The CUDA backend: a Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) on one GPU, with its
+// weights uploaded once (f16 or bf16) and its KV cache in device memory.
+//
+// forward(tokens) returns the logits in DEVICE memory (LogitsView::where == Memory::device): the
+// fused sampling kernels consume them there, and only accepted counts and next tokens need to
+// cross to the host. logits_to_host() / copy_logits_to_host() copy them explicitly.
+//
+// Steps of 1 to 16 tokens (decode, verify) use the memory-bound kernels (skinny GEMM, split-K
+// attention) and are replayed from CUDA graphs captured once per shape; longer inputs (prefill)
+// use cuBLAS for the projections. For steps of up to 16 tokens the logits row of a position is
+// bitwise the same whatever the number of tokens in the call (see docs/cuda.md).
+//
+// This header includes no CUDA header: the implementation is behind a pointer. The library
+// exists in two builds (docs/cuda.md): specdec::cuda (nvcc, real GPU) and specdec::cuda_emu (the
+// same sources executed on the CPU by the project's emulator, for tests).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "specdec/common.hpp"
+#include "specdec/model/causal_lm.hpp"
+#include "specdec/model/config.hpp"
+#include "specdec/model/loader.hpp"
+#include "specdec/model/weights.hpp"
+
+namespace specdec::cuda {
+
+/// Number of CUDA devices this process can use (0 without a driver or device; the emulation
+/// build reports its one emulated device).
+int device_count();
+
+struct Options {
+  enum class Weights : std::uint8_t { f16, bf16 };
+  enum class Kv : std::uint8_t { f16, f32 };
+
+  Weights weights = Weights::f16;  ///< matrices and embedding table on the device
+  Kv kv = Kv::f16;                 ///< KV cache element type
+  std::size_t context_length = 0;  ///< 0: the model's context length
+  std::size_t max_step_tokens = 256;  ///< longer forward() inputs are processed in steps of this
+  bool cuda_graphs = true;         ///< capture steps of <= 16 tokens once per shape and replay
+  int device = 0;
+  /// Threads per block of the row-wise kernels and warps per block of the skinny GEMM and the
+  /// attention. 0: the GPU defaults; the emulated tests pass small values to run faster.
+  int norm_threads = 0;
+  int gemm_warps = 0;
+  int attention_warps = 0;
+};
+
+class Transformer {
+ public:
+  /// Uploads the weights (any dtype the model files use: F32, F16, BF16, Q8_0, Q4_0, Q4_K are
+  /// converted to Options::weights on the host first) and allocates the KV cache. Throws
+  /// specdec::Error on a missing tensor, a wrong shape, or a CUDA error (named).
+  Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights,
+              Options options = {});
+  explicit Transformer(const LoadedModel& model, Options options = {});
+  ~Transformer();
+  Transformer(Transformer&&) noexcept;
+  Transformer& operator=(Transformer&&) noexcept;
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  /// Appends `tokens` after the cached prefix and returns one row of logits per token, in device
+  /// memory, valid until the next call. Work is enqueued on stream(); the view may be used by
+  /// further work on that stream (or after synchronize()). Throws specdec::Error, leaving the
+  /// cache unchanged, on an empty span, a token id outside [0, vocab_size) or a context overflow.
+  LogitsView forward(std::span<const token_t> tokens);
+
+  /// Keeps the first n cached positions. O(1). Throws specdec::Error when n > cached().
+  void rollback(std::size_t n);
+  void reset() { rollback(0); }
+
+  /// The last forward()'s logits copied to host memory (an internal buffer, valid until the next
+  /// forward); waits for the GPU.
+  LogitsView logits_to_host();
+  /// Copies the last forward()'s logits into `out` (rows * vocab floats); waits for the GPU.
+  void copy_logits_to_host(std::span<float> out);
+  /// Waits until the work enqueued so far has finished.
+  void synchronize();
+
+  [[nodiscard]] std::size_t cached() const noexcept;
+  [[nodiscard]] std::size_t vocab_size() const noexcept;
+  [[nodiscard]] std::size_t context_length() const noexcept;
+  [[nodiscard]] const ModelConfig& config() const noexcept;
+  /// The cudaStream_t all work is enqueued on (as void*: this header includes no CUDA header).
+  [[nodiscard]] void* stream() const noexcept;
+  /// Device bytes held: weights, KV cache, activation buffers.
+  [[nodiscard]] std::size_t device_bytes() const noexcept;
+
+  struct GraphStats {
+    std::size_t captures = 0;  ///< graphs captured (one per step shape)
+    std::size_t replays = 0;   ///< steps run by replaying a graph
+    std::size_t direct = 0;    ///< steps launched kernel by kernel
+  };
+  [[nodiscard]] GraphStats graph_stats() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+static_assert(CausalLM<Transformer>);
+
+/// A Transformer seen through host logits: forward() runs the model and copies the rows to the
+/// host (Memory::host). For consumers that sample on the host, such as the decoders until the
+/// device sampling path is used; costs one device-to-host copy of rows x vocab floats per call.
+class HostLogits {
+ public:
+  explicit HostLogits(Transformer& model) : model_(&model) {}
+
+  LogitsView forward(std::span<const token_t> tokens) {
+    (void)model_->forward(tokens);
+    return model_->logits_to_host();
+  }
+  void rollback(std::size_t n) { model_->rollback(n); }
+  [[nodiscard]] std::size_t cached() const noexcept { return model_->cached(); }
+  [[nodiscard]] std::size_t vocab_size() const noexcept { return model_->vocab_size(); }
+  [[nodiscard]] std::size_t context_length() const noexcept { return model_->context_length(); }
+  [[nodiscard]] Transformer& model() const noexcept { return *model_; }
+
+ private:
+  Transformer* model_;
+};
+
+static_assert(CausalLM<HostLogits>);
+
+}  // namespace specdec::cuda

@@ -1,0 +1,302 @@
+#pragma once
+// Drafters: what proposes the k tokens that the target verifies.
+//
+//  - ModelDrafter<M> wraps any CausalLM (a small draft model). It samples each drafted token from
+//    its processed distribution q (the same SamplingParams as the target) and keeps the k rows
+//    of q for verify_chain.
+//  - NGramDrafter is model-free prompt lookup: it proposes the continuation of the longest recent
+//    n-gram match in the sequence. Its proposals are deterministic, i.e. q is a point mass at each
+//    drafted token, which verify_chain_onehot handles exactly.
+//  - AdaptiveDraftLength chooses k for the next round from the running acceptance.
+//
+// The Drafter concept below is what SpeculativeDecoder talks to. The sequence passed to start()
+// and draft() is always the decoder's whole sequence (prompt + generated), and the drafter keeps
+// whatever state it wants as a prefix of it; keep(n) says that only the first n tokens are still
+// valid (the rest was rejected).
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "specdec/common.hpp"
+#include "specdec/decoder/generation.hpp"
+#include "specdec/decoder/telemetry.hpp"
+#include "specdec/model/causal_lm.hpp"
+#include "specdec/sampling/philox.hpp"
+#include "specdec/sampling/process.hpp"
+#include "specdec/sampling/verify.hpp"
+
+namespace specdec {
+
+/// What a drafter proposes in one round.
+struct DraftProposal {
+  std::vector<token_t> tokens;  ///< x_1 .. x_k' (k' <= the k asked for; 0 is allowed)
+  /// k' x V processed draft distributions x_i was sampled from (row i-1 for x_i), or empty:
+  /// the proposal is deterministic (q is a point mass at each x_i).
+  std::vector<float> q;
+  std::size_t forward_passes = 0;  ///< draft model forward calls made for this proposal
+  double sampling_seconds = 0;     ///< of the drafter's time, logit processing and sampling
+
+  void clear() {
+    tokens.clear();
+    q.clear();
+    forward_passes = 0;
+    sampling_seconds = 0;
+  }
+};
+
+/// A source of drafted tokens.
+///  - vocab_size(): the vocabulary its tokens and q rows index, or 0 when it only proposes
+///    tokens taken from the sequence (any vocabulary);
+///  - max_draft(n): the most tokens it can propose when the sequence has n tokens (context limit);
+///  - start(prompt): a new sequence begins (prefill);
+///  - draft(sequence, k, params, rng, out): propose up to k tokens continuing the sequence;
+///  - keep(n): only the sequence's first n tokens are still valid (roll back the rest).
+template <class D>
+concept Drafter = requires(D& d, const D& cd, std::span<const token_t> sequence, std::size_t n,
+                           const sampling::SamplingParams& params, sampling::PhiloxStream& rng,
+                           DraftProposal& out) {
+  { cd.vocab_size() } -> std::convertible_to<std::size_t>;
+  { cd.max_draft(n) } -> std::convertible_to<std::size_t>;
+  d.start(sequence);
+  d.draft(sequence, n, params, rng, out);
+  d.keep(n);
+};
+
+// ------------------------------------------------------------------------------ ModelDrafter
+
+/// A draft model as a Drafter.
+///
+/// Bookkeeping: the model's KV cache always holds a prefix of the sequence. draft() first feeds
+/// the tokens of the sequence the model has not consumed yet (the last correction or bonus token,
+/// preceded by x_k after a full acceptance; the last prompt token in the first round), which
+/// yields the logits of q_1; then for i = 1 .. k it processes q_i, samples x_i and, if i < k,
+/// feeds x_i to get q_(i+1). x_k is never fed (its logits would go unused). After draft() the
+/// cache holds the sequence plus x_1 .. x_(k-1); keep(n) cuts it back to the first n tokens.
+template <CausalLM M>
+class ModelDrafter {
+ public:
+  explicit ModelDrafter(M& model) : model_(&model) {}
+
+  [[nodiscard]] std::size_t vocab_size() const { return model_->vocab_size(); }
+
+  /// The model holds the sequence (n tokens) minus its last token plus x_1 .. x_(k-1): n + k - 1
+  /// positions, so k <= context_length + 1 - n.
+  [[nodiscard]] std::size_t max_draft(std::size_t sequence_length) const {
+    const std::size_t ctx = model_->context_length();
+    return sequence_length <= ctx ? ctx + 1 - sequence_length : 0;
+  }
+
+  /// Prefills the prompt minus its last token (the first draft() feeds that one). A prompt
+  /// longer than the draft's context is prefilled as far as it fits; max_draft() is then 0 and
+  /// the decoder never asks this drafter for tokens.
+  void start(std::span<const token_t> prompt) {
+    model_->rollback(0);
+    const std::size_t n =
+        std::min(prompt.empty() ? 0 : prompt.size() - 1, model_->context_length());
+    if (n == 0) return;
+    const LogitsView logits = model_->forward(prompt.first(n));
+    detail::check_logits(logits, n, vocab_size(), "draft model (prefill)");
+  }
+
+  void draft(std::span<const token_t> sequence, std::size_t k,
+             const sampling::SamplingParams& params, sampling::PhiloxStream& rng,
+             DraftProposal& out) {
+    out.clear();
+    if (k == 0) return;
+    if (k > max_draft(sequence.size()))
+      throw Error("ModelDrafter: asked for " + std::to_string(k) + " tokens but only " +
+                  std::to_string(max_draft(sequence.size())) + " fit in the draft's context");
+    const std::size_t cached = model_->cached();
+    if (cached >= sequence.size())
+      throw Error("ModelDrafter: the draft model's cache (" + std::to_string(cached) +
+                  " positions) is not a strict prefix of the sequence (" +
+                  std::to_string(sequence.size()) + " tokens): was it used elsewhere meanwhile?");
+    const std::size_t vocab = vocab_size();
+    out.q.resize(k * vocab);
+
+    // q_1 comes from the last row of the tokens the model has not consumed yet.
+    const std::span<const token_t> unseen = sequence.subspan(cached);
+    LogitsView logits = model_->forward(unseen);
+    ++out.forward_passes;
+    detail::check_logits(logits, unseen.size(), vocab, "draft model");
+    std::span<const float> row = logits.row(logits.rows - 1);
+    for (std::size_t i = 0; i < k; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::span<float> q_i(out.q.data() + i * vocab, vocab);
+      sampling::process_logits<float>(row, params, q_i);
+      const token_t x = params.greedy() ? static_cast<token_t>(sampling::argmax<float>(q_i))
+                                        : sampling::sample_from<float>(q_i, rng.next());
+      out.tokens.push_back(x);
+      out.sampling_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i + 1 == k) break;  // x_k is not fed: its logits would go unused
+      logits = model_->forward(std::span<const token_t>(&out.tokens.back(), 1));
+      ++out.forward_passes;
+      detail::check_logits(logits, 1, vocab, "draft model");
+      row = logits.row(0);
+    }
+  }
+
+  void keep(std::size_t n) {
+    if (model_->cached() > n) model_->rollback(n);
+  }
+
+  [[nodiscard]] M& model() { return *model_; }
+
+ private:
+  M* model_;
+};
+
+// ------------------------------------------------------------------------------ NGramDrafter
+
+/// Prompt lookup (model-free drafting): find the most recent earlier occurrence of the sequence's
+/// last n tokens, for n from max_ngram down to min_ngram (the longest match wins), and propose the
+/// up to k tokens that followed it. No match: no proposal (the round is a plain target step).
+/// Deterministic, so q is a point mass at each proposed token.
+class NGramDrafter {
+ public:
+  struct Options {
+    std::size_t max_ngram = 3;  ///< longest suffix looked up
+    std::size_t min_ngram = 1;  ///< shortest suffix looked up (>= 1)
+    std::size_t window = 0;     ///< search only the last `window` tokens (0: the whole sequence)
+  };
+
+  NGramDrafter() : NGramDrafter(Options{}) {}
+  explicit NGramDrafter(Options options) : options_(options) {
+    if (options_.min_ngram == 0 || options_.max_ngram < options_.min_ngram)
+      throw Error("NGramDrafter: need 1 <= min_ngram <= max_ngram, got min_ngram " +
+                  std::to_string(options_.min_ngram) + ", max_ngram " +
+                  std::to_string(options_.max_ngram));
+  }
+
+  [[nodiscard]] std::size_t vocab_size() const { return 0; }  // proposes tokens of the sequence
+  [[nodiscard]] std::size_t max_draft(std::size_t) const {
+    return std::numeric_limits<std::size_t>::max();
+  }
+  void start(std::span<const token_t>) {}
+  void keep(std::size_t) {}
+
+  void draft(std::span<const token_t> sequence, std::size_t k, const sampling::SamplingParams&,
+             sampling::PhiloxStream&, DraftProposal& out) const {
+    out.clear();
+    const std::size_t len = sequence.size();
+    if (k == 0 || len < 2) return;
+    const std::size_t lo = options_.window && len > options_.window ? len - options_.window : 0;
+    for (std::size_t n = std::min(options_.max_ngram, len - 1); n >= options_.min_ngram; --n) {
+      const auto suffix = sequence.subspan(len - n);
+      // Candidates start at j in [lo, len - n - 1], most recent first; the continuation
+      // sequence[j + n ...] then starts before the end of the sequence.
+      for (std::size_t j = len - n; j-- > lo;) {
+        if (!std::equal(suffix.begin(), suffix.end(),
+                        sequence.begin() + static_cast<std::ptrdiff_t>(j)))
+          continue;
+        const std::size_t from = j + n;
+        const std::size_t count = std::min(k, len - from);
+        out.tokens.assign(sequence.begin() + static_cast<std::ptrdiff_t>(from),
+                          sequence.begin() + static_cast<std::ptrdiff_t>(from + count));
+        return;
+      }
+      if (n == 1) break;
+    }
+  }
+
+  [[nodiscard]] const Options& options() const { return options_; }
+
+ private:
+  Options options_;
+};
+
+// ------------------------------------------------------------------------------ adaptive k
+
+/// Chooses the draft length of the next round from the running acceptance.
+///
+/// Model (Leviathan et al. 2023, section 3): each drafted token is accepted independently with
+/// probability a. A round that drafts k tokens then emits E(k) = (1 - a^(k+1)) / (1 - a) tokens
+/// on average and costs 1 + c k target-step units, c being the cost of one more drafted token (a
+/// draft step plus one more verified position) relative to one target step. The rule picks
+/// k in [min_k, max_k] maximising E(k) / (1 + c k), the expected tokens per unit of time (the
+/// smaller k on ties).
+///
+/// a is estimated from the rounds seen so far as a geometric acceptance model: a round that
+/// drafted k' tokens and accepted n contributes n acceptances and one rejection if n < k'. The
+/// estimate is (A + prior_accepts) / (A + R + prior_accepts + prior_rejects), where A and R are
+/// exponentially decayed counts (each round multiplies the old counts by `decay`), so the rule
+/// follows changes in difficulty (code vs prose, repetitive stretches). The first round uses
+/// initial_k. The rule depends only on the accepted counts, never on timings, so a run stays
+/// reproducible from its seed.
+class AdaptiveDraftLength {
+ public:
+  struct Options {
+    std::size_t min_k = 1;
+    std::size_t max_k = 8;
+    std::size_t initial_k = 4;
+    double draft_cost = 0.25;    ///< c: cost of one more drafted token / cost of a target step
+    double decay = 0.8;          ///< weight of the previous counts at each round, in [0, 1)
+    double prior_accepts = 1.0;  ///< pseudo-counts of the estimate
+    double prior_rejects = 1.0;
+  };
+
+  AdaptiveDraftLength() : AdaptiveDraftLength(Options{}) {}
+  explicit AdaptiveDraftLength(Options options) : options_(options) {
+    if (options_.min_k == 0 || options_.max_k < options_.min_k)
+      throw Error("AdaptiveDraftLength: need 1 <= min_k <= max_k");
+    if (!(options_.decay >= 0 && options_.decay < 1))
+      throw Error("AdaptiveDraftLength: decay must be in [0, 1)");
+    if (!(options_.draft_cost >= 0) || !std::isfinite(options_.draft_cost))
+      throw Error("AdaptiveDraftLength: draft_cost must be finite and >= 0");
+    if (!(options_.prior_accepts > 0 && options_.prior_rejects > 0))
+      throw Error("AdaptiveDraftLength: the priors must be > 0");
+    reset();
+  }
+
+  /// Forgets the rounds seen (a new generation starts).
+  void reset() {
+    accepts_ = rejects_ = 0;
+    k_ = std::clamp(options_.initial_k, options_.min_k, options_.max_k);
+  }
+
+  /// The draft length for the next round.
+  [[nodiscard]] std::size_t next() const { return k_; }
+
+  /// The current estimate of the per-token acceptance probability a.
+  [[nodiscard]] double acceptance() const {
+    return (accepts_ + options_.prior_accepts) /
+           (accepts_ + rejects_ + options_.prior_accepts + options_.prior_rejects);
+  }
+
+  /// Records a round that drafted `drafted` (> 0) tokens and accepted `accepted`.
+  void update(std::size_t drafted, std::size_t accepted) {
+    if (drafted == 0) return;
+    accepts_ = options_.decay * accepts_ + static_cast<double>(accepted);
+    rejects_ = options_.decay * rejects_ + (accepted < drafted ? 1.0 : 0.0);
+    const double a = acceptance();
+    double best = -1;
+    for (std::size_t k = options_.min_k; k <= options_.max_k; ++k) {
+      // E(k) = 1 + a + ... + a^k, summed directly (no division by 1 - a).
+      double expected = 0;
+      double power = 1;
+      for (std::size_t i = 0; i <= k; ++i, power *= a) expected += power;
+      const double rate = expected / (1.0 + options_.draft_cost * static_cast<double>(k));
+      if (rate > best) {
+        best = rate;
+        k_ = k;
+      }
+    }
+  }
+
+  [[nodiscard]] const Options& options() const { return options_; }
+
+ private:
+  Options options_;
+  double accepts_ = 0;
+  double rejects_ = 0;
+  std::size_t k_ = 1;
+};
+
+}  // namespace specdec

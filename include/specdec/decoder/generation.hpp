@@ -1,0 +1,222 @@
+#pragma once
+// What both decoders share: the generation settings, the streaming callbacks, the result, and
+// the Emitter that appends accepted tokens to the output and decides when to stop (EOS, token
+// budget, stop strings), so that AutoregressiveDecoder and SpeculativeDecoder stop at exactly the
+// same token for the same token sequence.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "specdec/common.hpp"
+#include "specdec/decoder/telemetry.hpp"
+#include "specdec/model/causal_lm.hpp"
+#include "specdec/model/tokenizer.hpp"
+#include "specdec/sampling/philox.hpp"
+#include "specdec/sampling/process.hpp"
+#include "specdec/sampling/verify.hpp"
+
+namespace specdec {
+
+/// Settings of one generate() call, the same for the baseline and the speculative decoder.
+struct GenerationConfig {
+  std::size_t max_new_tokens = 128;  ///< token budget (EOS is not counted: it is not emitted)
+  /// Applied to the target's logits and, identically, to the draft's (temperature 0: greedy).
+  sampling::SamplingParams sampling{};
+  std::uint64_t seed = 0;  ///< Philox seed; see docs/decoder.md for the streams
+  /// Stop when the generated text contains one of these (needs a tokenizer). The stop string
+  /// and what follows it are cut from the text; the token that completed it stays in `tokens`.
+  std::vector<std::string> stop_strings;
+  bool stop_at_eos = true;
+  token_t eos_token = -1;      ///< -1: the tokenizer's eos() (none without a tokenizer)
+  bool record_rounds = false;  ///< keep a RoundRecord per round in GenerationResult::rounds
+};
+
+/// One emitted token and the text it made final. `token` is -1 for the last event of a
+/// generation when the detokenizer still held text (e.g. a stop-string prefix that did not
+/// complete, or an unfinished UTF-8 sequence); `text` is empty without a tokenizer.
+struct TokenEvent {
+  token_t token = -1;
+  std::string_view text;
+  std::size_t index = 0;  ///< 0-based index of the token among the generated ones
+};
+
+/// Optional hooks, all called on the generating thread.
+struct Callbacks {
+  std::function<void(const TokenEvent&)> on_token;   ///< every emitted token, in order
+  std::function<void(const RoundRecord&)> on_round;  ///< after each speculative round
+  std::function<bool()> should_stop;                 ///< polled before each round: true cancels
+};
+
+struct GenerationResult {
+  std::vector<token_t> tokens;  ///< generated ids (prompt and EOS excluded)
+  std::string text;             ///< their text (empty without a tokenizer), stop string cut
+  StopReason stop_reason = StopReason::max_tokens;
+  GenerationStats stats;
+  std::vector<RoundRecord> rounds;  ///< when GenerationConfig::record_rounds
+};
+
+/// The Philox streams of one sequence (seed = GenerationConfig::seed). The target's stream is
+/// the one the sampling core names "stream b" for sequence b (here b = 0): verify_chain's
+/// uniforms and the plain target steps' uniforms. The drafter's stream is set apart by its top
+/// bit so that it can never collide with a batched sequence's target stream.
+inline constexpr std::uint64_t kTargetStream = 0;
+inline constexpr std::uint64_t kDraftStream = std::uint64_t{1} << 63;
+
+namespace detail {
+
+/// One plain target step: samples the next token from a row of logits with the sampling
+/// parameters; `probs` (V floats) receives the processed distribution. Greedy takes the argmax
+/// and draws no uniform; otherwise one uniform is drawn from rng (the same uniform and the same
+/// inverse-CDF scan as verify_chain with k = 0, whose bonus row this is).
+inline token_t sample_token(std::span<const float> logits, const sampling::SamplingParams& params,
+                            std::span<float> probs, sampling::PhiloxStream& rng) {
+  sampling::process_logits<float>(logits, params, probs);
+  if (params.greedy()) return static_cast<token_t>(sampling::argmax<float>(probs));
+  return sampling::sample_from<float>(probs, rng.next());
+}
+
+/// Checks that a forward pass returned `rows` host-resident rows of `vocab` logits.
+inline void check_logits(const LogitsView& v, std::size_t rows, std::size_t vocab,
+                         std::string_view who) {
+  if (v.where != Memory::host)
+    throw Error(std::string(who) +
+                ": logits are in device memory; the host decoder needs host logits (the CUDA "
+                "backend's device sampling path is not wired into this decoder yet)");
+  if (v.data == nullptr || v.rows != rows || v.vocab != vocab)
+    throw Error(std::string(who) + ": forward returned " + std::to_string(v.rows) + " x " +
+                std::to_string(v.vocab) + " logits, expected " + std::to_string(rows) + " x " +
+                std::to_string(vocab));
+}
+
+/// The end-of-sequence id a config asks for: its own, else the tokenizer's, else none (-1).
+inline token_t resolve_eos(const GenerationConfig& cfg, const Tokenizer* tok) {
+  if (!cfg.stop_at_eos) return -1;
+  if (cfg.eos_token >= 0) return cfg.eos_token;
+  return tok ? tok->eos() : -1;
+}
+
+/// Throws when a generate() call cannot start: empty prompt, prompt longer than the context,
+/// stop strings without a tokenizer, an empty stop string.
+inline void check_request(std::span<const token_t> prompt, std::size_t context_length,
+                          std::size_t vocab, const GenerationConfig& cfg, const Tokenizer* tok) {
+  if (prompt.empty())
+    throw Error("generate: the prompt is empty (it needs at least one token, e.g. BOS)");
+  if (prompt.size() > context_length)
+    throw Error("generate: the prompt has " + std::to_string(prompt.size()) +
+                " tokens, more than the target's context length " + std::to_string(context_length));
+  for (const token_t t : prompt)
+    if (t < 0 || static_cast<std::size_t>(t) >= vocab)
+      throw Error("generate: prompt token " + std::to_string(t) + " is outside the vocabulary (" +
+                  std::to_string(vocab) + ")");
+  if (!cfg.stop_strings.empty() && tok == nullptr)
+    throw Error("generate: stop strings need a tokenizer");
+  for (const auto& s : cfg.stop_strings)
+    if (s.empty()) throw Error("generate: empty stop string");
+}
+
+/// Appends tokens to the output, streams their text, and decides when generation stops.
+///
+/// Stop strings are matched on the detokenized text of the generated tokens. Text that might
+/// be the beginning of a stop string is held back (not streamed) until it either completes the
+/// stop string (then it is dropped with everything after it) or cannot any more. Because of the
+/// hold-back, a stop string can only start inside the held text, so only that is searched.
+class Emitter {
+ public:
+  Emitter(std::span<const token_t> prompt, const GenerationConfig& cfg, const Tokenizer* tok,
+          const Callbacks& callbacks, GenerationResult& result)
+      : cfg_(&cfg), callbacks_(&callbacks), result_(&result), eos_(resolve_eos(cfg, tok)) {
+    sequence_.assign(prompt.begin(), prompt.end());
+    if (tok) {
+      detok_.emplace(*tok);
+      // The generated text continues the prompt's: prime the detokenizer with the prompt so
+      // that the first generated piece keeps its leading space and completes any UTF-8
+      // sequence the prompt left open. The prompt's own text is not emitted.
+      for (const token_t t : prompt) (void)detok_->push(t);
+    }
+    if (cfg.max_new_tokens == 0) reason_ = StopReason::max_tokens;
+  }
+
+  /// Prompt + generated tokens: what the models' caches must be prefixes of.
+  [[nodiscard]] const std::vector<token_t>& sequence() const { return sequence_; }
+  [[nodiscard]] std::size_t remaining() const {
+    return cfg_->max_new_tokens - result_->tokens.size();
+  }
+  [[nodiscard]] bool stopped() const { return reason_.has_value(); }
+
+  /// Emits token t. Returns false (and stops) on EOS, a completed stop string or the budget.
+  bool emit(token_t t) {
+    if (reason_) return false;
+    if (eos_ >= 0 && t == eos_) {
+      reason_ = StopReason::eos;
+      return false;
+    }
+    sequence_.push_back(t);
+    result_->tokens.push_back(t);
+    const std::size_t index = result_->tokens.size() - 1;
+    if (detok_) {
+      held_ += detok_->push(t);
+      release(false);
+    }
+    if (callbacks_->on_token) callbacks_->on_token(TokenEvent{t, released_, index});
+    if (!reason_ && result_->tokens.size() >= cfg_->max_new_tokens)
+      reason_ = StopReason::max_tokens;
+    return !reason_;
+  }
+
+  /// Ends the generation with `reason` unless a stop was already decided; flushes held text.
+  void finish(StopReason reason) {
+    if (!reason_) reason_ = reason;
+    if (detok_ && *reason_ != StopReason::stop_string) {
+      held_ += detok_->flush();
+      release(true);
+      if (!released_.empty() && callbacks_->on_token)
+        callbacks_->on_token(TokenEvent{-1, released_, result_->tokens.size()});
+    }
+    result_->stop_reason = *reason_;
+  }
+
+ private:
+  /// Moves what is final from held_ to the result's text (released_ = that piece).
+  void release(bool at_end) {
+    released_.clear();
+    // The earliest complete stop string in the held text ends the generation.
+    std::size_t cut = std::string::npos;
+    for (const auto& s : cfg_->stop_strings) cut = std::min(cut, held_.find(s));
+    std::size_t keep = 0;  // bytes to keep holding
+    if (cut != std::string::npos) {
+      reason_ = StopReason::stop_string;
+      held_.resize(cut);
+    } else if (!at_end) {
+      // Hold the longest suffix of held_ that is a proper prefix of some stop string.
+      for (const auto& s : cfg_->stop_strings)
+        for (std::size_t len = std::min(s.size() - 1, held_.size()); len > keep; --len)
+          if (held_.compare(held_.size() - len, len, s, 0, len) == 0) {
+            keep = len;
+            break;
+          }
+    }
+    released_.assign(held_, 0, held_.size() - keep);
+    held_.erase(0, held_.size() - keep);
+    result_->text += released_;
+  }
+
+  const GenerationConfig* cfg_;
+  const Callbacks* callbacks_;
+  GenerationResult* result_;
+  token_t eos_;
+  std::vector<token_t> sequence_;
+  std::optional<IncrementalDetokenizer> detok_;
+  std::string held_;      ///< decoded text not yet released (a possible stop-string prefix)
+  std::string released_;  ///< the text released by the last emit()
+  std::optional<StopReason> reason_;
+};
+
+}  // namespace detail
+}  // namespace specdec

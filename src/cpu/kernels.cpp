@@ -1,0 +1,622 @@
+// CPU feature detection, activation packing, dispatch to the per-Isa kernels, and the portable
+// kernels that define the reduction orders (the SIMD kernels reproduce them bit for bit).
+#include "specdec/cpu/kernels.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "kernels_impl.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define SPECDEC_X86 1
+#endif
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
+namespace specdec::cpu {
+
+using detail::q8_block_bytes;
+using detail::q8_block_elems;
+
+// ================================================================================================
+// CPU features
+
+namespace {
+
+#if SPECDEC_X86
+std::uint64_t read_xcr0() {
+  std::uint32_t eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<std::uint64_t>(edx) << 32) | eax;
+}
+#endif
+
+CpuFeatures detect_features() {
+  CpuFeatures f;
+#if SPECDEC_X86
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1, avx = (c >> 28) & 1;
+  if (!osxsave || !avx) return f;
+  const std::uint64_t xcr0 = read_xcr0();
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;
+  const bool zmm_state = (xcr0 & 0xe6) == 0xe6;
+  const bool tile_state = (xcr0 & 0x60000) == 0x60000;
+  unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0;
+  __get_cpuid_count(7, 0, &a7, &b7, &c7, &d7);
+  unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
+  __get_cpuid_count(7, 1, &a71, &b71, &c71, &d71);
+  const bool avx2 = (b7 >> 5) & 1;
+  f.avx2 = ymm_state && avx2 && fma && f16c;
+  f.avx_vnni = f.avx2 && ((a71 >> 4) & 1);
+  const bool avx512f = (b7 >> 16) & 1, avx512dq = (b7 >> 17) & 1, avx512bw = (b7 >> 30) & 1,
+             avx512vl = (b7 >> 31) & 1;
+  f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl;
+  f.avx512_vnni = f.avx512 && ((c7 >> 11) & 1);
+  f.avx512_bf16 = f.avx512 && ((a71 >> 5) & 1);
+  const bool amx_bf16 = (d7 >> 22) & 1, amx_tile = (d7 >> 24) & 1, amx_int8 = (d7 >> 25) & 1;
+  f.amx = f.avx512 && tile_state && amx_bf16 && amx_tile && amx_int8 && detail::amx_request_permission();
+#endif
+  return f;
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::portable: return "portable";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+    case Isa::amx: return "amx";
+  }
+  return "?";
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect_features();
+  return features;
+}
+
+bool isa_supported(Isa isa) {
+  const CpuFeatures& f = cpu_features();
+  switch (isa) {
+    case Isa::portable: return true;
+    case Isa::avx2: return f.avx2;
+    case Isa::avx512: return f.avx512;
+    case Isa::amx: return f.amx;
+  }
+  return false;
+}
+
+Isa best_isa() {
+  for (Isa isa : {Isa::amx, Isa::avx512, Isa::avx2})
+    if (isa_supported(isa)) return isa;
+  return Isa::portable;
+}
+
+namespace {
+std::optional<Isa>& isa_override() {
+  static std::optional<Isa> value;
+  return value;
+}
+}  // namespace
+
+Isa parse_isa(std::string_view name) {
+  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::amx})
+    if (name == isa_name(isa)) return isa;
+  throw Error(fmt::format("unknown instruction set '{}': expected portable, avx2, avx512 or amx", name));
+}
+
+void set_isa_override(std::optional<Isa> isa) {
+  if (isa && !isa_supported(*isa))
+    throw Error(fmt::format("instruction set {} is not supported here (best: {})", isa_name(*isa), isa_name(best_isa())));
+  isa_override() = isa;
+}
+
+Isa default_isa() {
+  if (isa_override()) return *isa_override();
+  const char* env = std::getenv("SPECDEC_CPU_ISA");
+  if (env == nullptr || *env == '\0') return best_isa();
+  Isa isa{};
+  try {
+    isa = parse_isa(env);
+  } catch (const Error& e) {
+    throw Error(fmt::format("SPECDEC_CPU_ISA: {}", e.what()));
+  }
+  if (!isa_supported(isa))
+    throw Error(fmt::format("SPECDEC_CPU_ISA={}: this CPU (or OS) does not support it; best is {}", env,
+                            isa_name(best_isa())));
+  return isa;
+}
+
+std::size_t physical_cores() {
+  static const std::size_t cores = [] {
+    std::size_t fallback = std::max(1u, std::thread::hardware_concurrency());
+#if defined(__linux__)
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return fallback;
+    fallback = static_cast<std::size_t>(CPU_COUNT(&set));
+    // A core is identified by (package, core id); SMT siblings share it.
+    std::set<std::pair<int, int>> seen;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &set)) continue;
+      const std::string base = fmt::format("/sys/devices/system/cpu/cpu{}/topology/", cpu);
+      int package = -1, core = -1;
+      std::ifstream(base + "physical_package_id") >> package;
+      std::ifstream(base + "core_id") >> core;
+      if (package < 0 || core < 0) return fallback;
+      seen.emplace(package, core);
+    }
+    return seen.empty() ? fallback : seen.size();
+#else
+    return fallback;
+#endif
+  }();
+  return cores;
+}
+
+// ================================================================================================
+// Element conversions
+
+float f16_to_f32(std::uint16_t h) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1fu;
+  std::uint32_t mantissa = h & 0x3ffu;
+  std::uint32_t bits = 0;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);  // inf, nan
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa != 0) {  // subnormal: normalise
+    int e = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --e;
+    }
+    bits = sign | (static_cast<std::uint32_t>(e) << 23) | ((mantissa & 0x3ffu) << 13);
+  } else {
+    bits = sign;
+  }
+  return std::bit_cast<float>(bits);
+}
+
+std::uint16_t f32_to_f16(float f) noexcept {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (bits >> 16) & 0x8000u;
+  const std::uint32_t abs = bits & 0x7fffffffu;
+  if (abs >= 0x7f800000u)  // inf or nan (keep nan quiet)
+    return static_cast<std::uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u | ((abs >> 13) & 0x3ffu) : 0));
+  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
+  if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero, round to nearest even
+    // value = abs_f * 2^24 in units of the smallest subnormal; round(abs_f / 2^-24)
+    const float scaled = std::bit_cast<float>(abs) * 16777216.0f;  // exact (power of two)
+    const auto m = static_cast<std::uint32_t>(std::nearbyint(scaled));
+    return static_cast<std::uint16_t>(sign | m);
+  }
+  // normal: rebias exponent, round mantissa to 10 bits, nearest even (carry into the exponent is right)
+  const std::uint32_t rebased = abs - 0x38000000u;  // exponent - 112
+  const std::uint32_t round = 0xfffu + ((rebased >> 13) & 1u);
+  return static_cast<std::uint16_t>(sign | ((rebased + round) >> 13));
+}
+
+std::uint16_t f32_to_bf16(float f) noexcept {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // quiet nan
+  return static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+float exp_f32(float x) noexcept {
+  using namespace detail;
+  float xc = x < exp_min_x ? exp_min_x : x;
+  xc = xc > exp_max_x ? exp_max_x : xc;
+  const float t = std::fma(xc, exp_log2e, exp_round_magic);
+  const float nf = t - exp_round_magic;
+  float r = std::fma(nf, -exp_ln2_hi, xc);
+  r = std::fma(nf, -exp_ln2_lo, r);
+  float p = exp_p0;
+  p = std::fma(p, r, exp_p1);
+  p = std::fma(p, r, exp_p2);
+  p = std::fma(p, r, exp_p3);
+  p = std::fma(p, r, exp_p4);
+  p = std::fma(p, r, exp_p5);
+  const float r2 = r * r;
+  const float y = std::fma(p, r2, r) + 1.0f;
+  const std::uint32_t n = std::bit_cast<std::uint32_t>(t) - std::bit_cast<std::uint32_t>(exp_round_magic);
+  float result = std::bit_cast<float>(std::bit_cast<std::uint32_t>(y) + (n << 23));
+  if (x < exp_min_x) result = 0.0f;
+  if (x != x) result = x;
+  return result;
+}
+
+// ================================================================================================
+// Matrices and packed activations
+
+MatrixRef MatrixRef::of(const Tensor& t) {
+  if (t.shape.size() != 2) throw Error(fmt::format("tensor {}: expected a matrix, has {} dimensions", t.name, t.shape.size()));
+  MatrixRef m;
+  m.dtype = t.dtype;
+  m.data = t.data;
+  m.rows = t.shape[0];
+  m.cols = t.shape[1];
+  switch (t.dtype) {
+    case DType::f32: m.row_bytes = m.cols * 4; break;
+    case DType::f16:
+    case DType::bf16: m.row_bytes = m.cols * 2; break;
+    case DType::q8_0:
+      if (m.cols % q8_block_elems != 0)
+        throw Error(fmt::format("tensor {}: Q8_0 rows of {} elements do not hold whole blocks of 32", t.name, m.cols));
+      m.row_bytes = m.cols / q8_block_elems * q8_block_bytes;
+      break;
+    default:
+      throw Error(fmt::format("tensor {}: dtype {} is not supported by the CPU backend (F32, F16, BF16, Q8_0 are)",
+                              t.name, dtype_name(t.dtype)));
+  }
+  if (t.data == nullptr || t.nbytes < m.rows * m.row_bytes)
+    throw Error(fmt::format("tensor {}: {} bytes of data for [{}, {}] {}", t.name, t.nbytes, m.rows, m.cols,
+                            dtype_name(t.dtype)));
+  return m;
+}
+
+InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols) {
+  switch (weight_dtype) {
+    case DType::bf16: return isa == Isa::amx && cols % 32 == 0 ? InputFormat::bf16_tiles : InputFormat::f32;
+    case DType::q8_0: return isa == Isa::amx ? InputFormat::q8_0_tiles : InputFormat::q8_0_rows;
+    default: return InputFormat::f32;
+  }
+}
+
+namespace {
+
+/// llama.cpp's quantize_row_q8_0: d = amax / 127, q = round(x / d) (half away from zero), and the
+/// scale used in dot products is d rounded to f16.
+void quantize_q8_0_block(const float* x, std::int8_t* q, float* d_out) {
+  float amax = 0.0f;
+  for (std::size_t j = 0; j < q8_block_elems; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (std::size_t j = 0; j < q8_block_elems; ++j) q[j] = static_cast<std::int8_t>(std::round(x[j] * id));
+  *d_out = f16_to_f32(f32_to_f16(d));
+}
+
+}  // namespace
+
+void PackedInput::pack(Isa isa, DType weight_dtype, const float* x, std::size_t n, std::size_t cols, std::size_t ldx) {
+  // Also makes sure the AMX permission was requested before any tile instruction runs.
+  if (!isa_supported(isa)) throw Error(fmt::format("PackedInput::pack: {} is not supported here", isa_name(isa)));
+  isa_ = isa;
+  format_ = input_format(isa, weight_dtype, cols);
+  n_ = n;
+  cols_ = cols;
+  const std::size_t chunks = (n + 15) / 16;
+  switch (format_) {
+    case InputFormat::f32:
+      f32_.resize(n * cols);
+      for (std::size_t t = 0; t < n; ++t) std::memcpy(f32_.data() + t * cols, x + t * ldx, cols * sizeof(float));
+      break;
+    case InputFormat::bf16_tiles: {
+      // [chunk][step = k / 32][pair = (k % 32) / 2][token % 16][k % 2]
+      const std::size_t steps = cols / 32;
+      bf16_.assign(chunks * steps * 512, 0);
+      for (std::size_t t = 0; t < n; ++t) {
+        std::uint16_t* chunk = bf16_.data() + (t / 16) * steps * 512;
+        for (std::size_t k = 0; k < cols; ++k)
+          chunk[(k / 32) * 512 + ((k % 32) / 2) * 32 + (t % 16) * 2 + k % 2] = f32_to_bf16(x[t * ldx + k]);
+      }
+      break;
+    }
+    case InputFormat::q8_0_rows: {
+      const std::size_t blocks = cols / q8_block_elems;
+      q8_.resize(n * cols);
+      scales_.resize(n * blocks);
+      for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t b = 0; b < blocks; ++b)
+          quantize_q8_0_block(x + t * ldx + b * 32, q8_.data() + t * cols + b * 32, scales_.data() + t * blocks + b);
+      break;
+    }
+    case InputFormat::q8_0_tiles: {
+      // int8 [chunk][block][k4 = (k % 32) / 4][token % 16][k % 4]; scales [chunk][block][token % 16]
+      const std::size_t blocks = cols / q8_block_elems;
+      q8_.assign(chunks * blocks * 512, 0);
+      scales_.assign(chunks * blocks * 16, 0.0f);
+      std::array<std::int8_t, 32> q{};
+      for (std::size_t t = 0; t < n; ++t) {
+        const std::size_t c = t / 16, lane = t % 16;
+        for (std::size_t b = 0; b < blocks; ++b) {
+          float d = 0.0f;
+          quantize_q8_0_block(x + t * ldx + b * 32, q.data(), &d);
+          std::int8_t* tile = q8_.data() + (c * blocks + b) * 512;
+          for (std::size_t k = 0; k < 32; ++k) tile[(k / 4) * 64 + lane * 4 + k % 4] = q[k];
+          scales_[(c * blocks + b) * 16 + lane] = d;
+        }
+      }
+      break;
+    }
+  }
+}
+
+// ================================================================================================
+// Portable kernels: the reference orders
+
+namespace detail {
+
+namespace {
+
+float load_weight(FmaWeights type, const std::byte* row, std::size_t k) {
+  switch (type) {
+    case FmaWeights::f32: {
+      float v;
+      std::memcpy(&v, row + 4 * k, 4);
+      return v;
+    }
+    case FmaWeights::f16: {
+      std::uint16_t h;
+      std::memcpy(&h, row + 2 * k, 2);
+      return f16_to_f32(h);
+    }
+    case FmaWeights::bf16: {
+      std::uint16_t h;
+      std::memcpy(&h, row + 2 * k, 2);
+      return bf16_to_f32(h);
+    }
+  }
+  return 0.0f;
+}
+
+/// The canonical tree over 16 partial sums.
+float reduce16(const float* a) {
+  float s8[8], s4[4], s2[2];
+  for (int l = 0; l < 8; ++l) s8[l] = a[l] + a[l + 8];
+  for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
+  for (int l = 0; l < 2; ++l) s2[l] = s4[l] + s4[l + 2];
+  return s2[0] + s2[1];
+}
+
+/// dot(a, b) in the canonical order, b given as f32.
+float dot16(const float* a, const float* b, std::size_t count) {
+  float acc[16] = {};
+  for (std::size_t k0 = 0; k0 < count; k0 += 16)
+    for (std::size_t l = 0; l < 16; ++l) {
+      const std::size_t k = k0 + l;
+      acc[l] = std::fma(k < count ? a[k] : 0.0f, k < count ? b[k] : 0.0f, acc[l]);
+    }
+  return reduce16(acc);
+}
+
+}  // namespace
+
+void fma_matmul_portable(const FmaArgs& a) {
+  float w16[16];
+  for (std::size_t r = 0; r < a.rows; ++r) {
+    const std::byte* row = a.w + r * a.row_bytes;
+    for (std::size_t t = 0; t < a.n; ++t) {
+      const float* x = a.x + t * a.cols;
+      float acc[16] = {};
+      for (std::size_t k0 = 0; k0 < a.cols; k0 += 16) {
+        for (std::size_t l = 0; l < 16; ++l) w16[l] = k0 + l < a.cols ? load_weight(a.type, row, k0 + l) : 0.0f;
+        for (std::size_t l = 0; l < 16; ++l) acc[l] = std::fma(w16[l], k0 + l < a.cols ? x[k0 + l] : 0.0f, acc[l]);
+      }
+      a.y[t * a.ldy + r] = reduce16(acc);
+    }
+  }
+}
+
+void q8_matmul_portable(const Q8RowsArgs& a) {
+  const std::size_t blocks = a.cols / q8_block_elems;
+  for (std::size_t r = 0; r < a.rows; ++r) {
+    const std::byte* row = a.w + r * a.row_bytes;
+    for (std::size_t t = 0; t < a.n; ++t) {
+      const std::int8_t* xq = a.xq + t * a.cols;
+      const float* xd = a.xd + t * blocks;
+      float acc = 0.0f;
+      for (std::size_t b = 0; b < blocks; ++b) {
+        const std::byte* block = row + b * q8_block_bytes;
+        std::uint16_t d16;
+        std::memcpy(&d16, block, 2);
+        const auto* wq = reinterpret_cast<const std::int8_t*>(block + 2);
+        std::int32_t isum = 0;
+        for (std::size_t j = 0; j < q8_block_elems; ++j) isum += static_cast<std::int32_t>(wq[j]) * xq[b * 32 + j];
+        acc = std::fma(static_cast<float>(isum), f16_to_f32(d16) * xd[b], acc);
+      }
+      a.y[t * a.ldy + r] = acc;
+    }
+  }
+}
+
+void attend_portable(const AttentionArgs& a) {
+  float* row = a.out;  // reused as the f32 copy of a K row before it holds the output
+  for (std::size_t j = 0; j < a.count; ++j) {
+    const float* k = nullptr;
+    if (a.kv_f16) {
+      const auto* k16 = static_cast<const std::uint16_t*>(a.k) + j * a.row_stride;
+      for (std::size_t d = 0; d < a.head_dim; ++d) row[d] = f16_to_f32(k16[d]);
+      k = row;
+    } else {
+      k = static_cast<const float*>(a.k) + j * a.row_stride;
+    }
+    a.scores[j] = dot16(a.q, k, a.head_dim) * a.scale;
+  }
+  float max = a.scores[0];
+  for (std::size_t j = 1; j < a.count; ++j) max = std::max(max, a.scores[j]);
+  float acc[16] = {};
+  for (std::size_t j0 = 0; j0 < a.count; j0 += 16)
+    for (std::size_t l = 0; l < 16 && j0 + l < a.count; ++l) {
+      const float e = exp_f32(a.scores[j0 + l] - max);
+      a.scores[j0 + l] = e;
+      acc[l] += e;
+    }
+  const float sum = reduce16(acc);
+  for (std::size_t d = 0; d < a.head_dim; ++d) a.out[d] = 0.0f;
+  for (std::size_t j = 0; j < a.count; ++j) {
+    const float e = a.scores[j];
+    if (a.kv_f16) {
+      const auto* v16 = static_cast<const std::uint16_t*>(a.v) + j * a.row_stride;
+      for (std::size_t d = 0; d < a.head_dim; ++d) a.out[d] = std::fma(e, f16_to_f32(v16[d]), a.out[d]);
+    } else {
+      const float* v = static_cast<const float*>(a.v) + j * a.row_stride;
+      for (std::size_t d = 0; d < a.head_dim; ++d) a.out[d] = std::fma(e, v[d], a.out[d]);
+    }
+  }
+  for (std::size_t d = 0; d < a.head_dim; ++d) a.out[d] = a.out[d] / sum;
+}
+
+void swiglu_portable(const float* gate, const float* up, float* out, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) out[i] = gate[i] / (1.0f + exp_f32(-gate[i])) * up[i];
+}
+
+float sum_squares_portable(const float* x, std::size_t count) { return dot16(x, x, count); }
+
+void f32_to_f16_row_portable(const float* in, std::uint16_t* out, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) out[i] = f32_to_f16(in[i]);
+}
+
+}  // namespace detail
+
+// ================================================================================================
+// Dispatch
+
+namespace {
+
+detail::FmaWeights fma_type(DType t) {
+  switch (t) {
+    case DType::f32: return detail::FmaWeights::f32;
+    case DType::f16: return detail::FmaWeights::f16;
+    case DType::bf16: return detail::FmaWeights::bf16;
+    default: throw Error(fmt::format("matmul: dtype {} has no fma kernel", dtype_name(t)));
+  }
+}
+
+/// The AMX kernels take whole groups of 16 rows; a range that ends inside a group gets its last
+/// rows copied into a zero-padded group (per thread, reused).
+struct TailRows {
+  std::vector<std::byte> bytes;
+  float y[16 * 16];
+};
+thread_local TailRows tail_rows;
+
+}  // namespace
+
+void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_begin, std::size_t row_end, float* y,
+            std::size_t ldy) {
+  if (x.cols() != w.cols || x.isa() != isa || x.format() != input_format(isa, w.dtype, w.cols))
+    throw Error(fmt::format("matmul: activations packed for [{}] {} do not fit weights [{}, {}] {} on {}", x.cols(),
+                            isa_name(x.isa()), w.rows, w.cols, dtype_name(w.dtype), isa_name(isa)));
+  if (row_begin >= row_end) return;
+  const std::byte* w0 = w.data + row_begin * w.row_bytes;
+  const std::size_t rows = row_end - row_begin;
+  float* y0 = y + row_begin;
+  switch (x.format()) {
+    case InputFormat::f32: {
+      const detail::FmaArgs args{fma_type(w.dtype), w0, w.row_bytes, rows, w.cols, x.f32(), x.n(), y0, ldy};
+      if (isa == Isa::avx512 || isa == Isa::amx) return detail::fma_matmul_avx512(args);
+      if (isa == Isa::avx2) return detail::fma_matmul_avx2(args);
+      return detail::fma_matmul_portable(args);
+    }
+    case InputFormat::q8_0_rows: {
+      const detail::Q8RowsArgs args{w0, w.row_bytes, rows, w.cols, x.q8(), x.q8_scales(), x.n(), y0, ldy};
+      if (isa == Isa::avx2 || isa == Isa::avx512) return detail::q8_matmul_avx2(args);
+      return detail::q8_matmul_portable(args);
+    }
+    case InputFormat::bf16_tiles:
+    case InputFormat::q8_0_tiles: {
+      const std::size_t full = rows / 16 * 16;
+      const bool bf16 = x.format() == InputFormat::bf16_tiles;
+      auto run = [&](const std::byte* wp, std::size_t row_bytes, std::size_t count, float* yp, std::size_t ld) {
+        if (bf16)
+          detail::bf16_matmul_amx({wp, row_bytes, count, w.cols, x.bf16(), x.n(), yp, ld});
+        else
+          detail::q8_matmul_amx({wp, row_bytes, count, w.cols, x.q8(), x.q8_scales(), x.n(), yp, ld});
+      };
+      if (full > 0) run(w0, w.row_bytes, full, y0, ldy);
+      if (full == rows) return;
+      // Tail: copy the remaining rows into a zero-padded group of 16 rows, 16 tokens at a time.
+      const std::size_t tail = rows - full;
+      TailRows& tr = tail_rows;
+      tr.bytes.assign(16 * w.row_bytes, std::byte{0});
+      std::memcpy(tr.bytes.data(), w0 + full * w.row_bytes, tail * w.row_bytes);
+      // The kernel writes y[t * ld + r] for all 16 padded rows: give it a scratch with ld = 16
+      // per token chunk, then copy the real rows out. Token chunks are handled by the kernel.
+      std::vector<float> scratch(x.n() * 16);
+      run(tr.bytes.data(), w.row_bytes, 16, scratch.data(), 16);
+      for (std::size_t t = 0; t < x.n(); ++t)
+        for (std::size_t r = 0; r < tail; ++r) y0[t * ldy + full + r] = scratch[t * 16 + r];
+      return;
+    }
+  }
+}
+
+void quantize_row_q8_0(const float* x, std::byte* out, std::size_t count) {
+  if (count % q8_block_elems != 0) throw Error(fmt::format("quantize_row_q8_0: {} is not a multiple of 32", count));
+  for (std::size_t b = 0; b < count / q8_block_elems; ++b) {
+    std::byte* block = out + b * q8_block_bytes;
+    float d = 0.0f;
+    quantize_q8_0_block(x + b * q8_block_elems, reinterpret_cast<std::int8_t*>(block + 2), &d);
+    const std::uint16_t d16 = f32_to_f16(d);
+    std::memcpy(block, &d16, 2);
+  }
+}
+
+void dequantize_row(const MatrixRef& w, std::size_t r, float* out) {
+  const std::byte* row = w.data + r * w.row_bytes;
+  switch (w.dtype) {
+    case DType::f32: std::memcpy(out, row, w.cols * 4); return;
+    case DType::f16:
+    case DType::bf16:
+      for (std::size_t k = 0; k < w.cols; ++k) {
+        std::uint16_t h;
+        std::memcpy(&h, row + 2 * k, 2);
+        out[k] = w.dtype == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
+      }
+      return;
+    case DType::q8_0:
+      for (std::size_t b = 0; b < w.cols / q8_block_elems; ++b) {
+        const std::byte* block = row + b * q8_block_bytes;
+        std::uint16_t d16;
+        std::memcpy(&d16, block, 2);
+        const float d = f16_to_f32(d16);
+        for (std::size_t j = 0; j < q8_block_elems; ++j)
+          out[b * 32 + j] = d * static_cast<float>(static_cast<std::int8_t>(block[2 + j]));
+      }
+      return;
+    default: throw Error(fmt::format("dequantize_row: dtype {} not supported", dtype_name(w.dtype)));
+  }
+}
+
+void swiglu(Isa isa, const float* gate, const float* up, float* out, std::size_t count) {
+  if (isa == Isa::avx512 || isa == Isa::amx) return detail::swiglu_avx512(gate, up, out, count);
+  if (isa == Isa::avx2) return detail::swiglu_avx2(gate, up, out, count);
+  detail::swiglu_portable(gate, up, out, count);
+}
+
+float sum_squares(Isa isa, const float* x, std::size_t count) {
+  if (isa == Isa::avx512 || isa == Isa::amx) return detail::sum_squares_avx512(x, count);
+  if (isa == Isa::avx2) return detail::sum_squares_avx2(x, count);
+  return detail::sum_squares_portable(x, count);
+}
+
+void f32_to_f16_row(Isa isa, const float* in, std::uint16_t* out, std::size_t count) {
+  if (isa != Isa::portable) return detail::f32_to_f16_row_avx2(in, out, count);
+  detail::f32_to_f16_row_portable(in, out, count);
+}
+
+void attend(Isa isa, const AttentionArgs& args) {
+  if (isa == Isa::avx512 || isa == Isa::amx) return detail::attend_avx512(args);
+  if (isa == Isa::avx2) return detail::attend_avx2(args);
+  detail::attend_portable(args);
+}
+
+}  // namespace specdec::cpu

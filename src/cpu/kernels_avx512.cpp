@@ -1,0 +1,199 @@
+// AVX-512 kernels (F, BW, VL, DQ). Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
+// -mfma -mf16c; called only after kernels.cpp checked the CPU. Each function reproduces the
+// reduction order of its portable twin in kernels.cpp bit for bit (see kernels.hpp).
+#include <immintrin.h>
+
+#include "kernels_impl.hpp"
+
+namespace specdec::cpu::detail {
+namespace {
+
+// ---- loads: 16 weights as f32 -------------------------------------------------------------------
+
+template <FmaWeights W>
+inline __m512 load_w(const std::byte* row, std::size_t k) {
+  if constexpr (W == FmaWeights::f32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
+    if constexpr (W == FmaWeights::f16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+/// Lanes of `mask` loaded, the others 0.
+template <FmaWeights W>
+inline __m512 load_w_masked(const std::byte* row, std::size_t k, __mmask16 mask) {
+  if constexpr (W == FmaWeights::f32) {
+    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + k);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(mask, row + 2 * k);
+    if constexpr (W == FmaWeights::f16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+/// The canonical tree: (l + l+8), then (+4), (+2), (+1).
+inline float reduce(__m512 a) {
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+inline __mmask16 tail_mask(std::size_t count) { return static_cast<__mmask16>((1u << count) - 1u); }
+
+// ---- fma matmul ---------------------------------------------------------------------------------
+
+/// R weight rows x T tokens, one 16-lane accumulator each.
+template <FmaWeights W, int R, int T>
+inline void fma_block(const FmaArgs& a, std::size_t r0, std::size_t t0) {
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const std::byte* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = a.w + (r0 + r) * a.row_bytes;
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = a.x + (t0 + t) * a.cols;
+  const std::size_t full = a.cols / 16 * 16;
+  for (std::size_t k = 0; k < full; k += 16) {
+    __m512 xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = _mm512_loadu_ps(xs[t] + k);
+    for (int r = 0; r < R; ++r) {
+      const __m512 wv = load_w<W>(rows[r], k);
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  }
+  if (full < a.cols) {
+    const __mmask16 mask = tail_mask(a.cols - full);
+    __m512 xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = _mm512_maskz_loadu_ps(mask, xs[t] + full);
+    for (int r = 0; r < R; ++r) {
+      const __m512 wv = load_w_masked<W>(rows[r], full, mask);
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) a.y[(t0 + t) * a.ldy + r0 + r] = reduce(acc[r][t]);
+}
+
+template <FmaWeights W, int R>
+inline void fma_rows(const FmaArgs& a, std::size_t r0) {
+  // Token groups of 4 over the same R rows: the rows stay in L1/L2, memory sees them once.
+  std::size_t t0 = 0;
+  for (; t0 + 4 <= a.n; t0 += 4) fma_block<W, R, 4>(a, r0, t0);
+  switch (a.n - t0) {
+    case 3: fma_block<W, R, 3>(a, r0, t0); break;
+    case 2: fma_block<W, R, 2>(a, r0, t0); break;
+    case 1: fma_block<W, R, 1>(a, r0, t0); break;
+    default: break;
+  }
+}
+
+template <FmaWeights W>
+void fma_matmul(const FmaArgs& a) {
+  std::size_t r = 0;
+  if (a.n == 1) {  // decode: 8 independent accumulation chains hide the fma latency
+    for (; r + 8 <= a.rows; r += 8) fma_block<W, 8, 1>(a, r, 0);
+  } else {
+    for (; r + 4 <= a.rows; r += 4) fma_rows<W, 4>(a, r);
+  }
+  for (; r < a.rows; ++r) fma_rows<W, 1>(a, r);
+}
+
+// ---- exp (same operations as exp_f32 in kernels.cpp) ------------------------------------------
+
+inline __m512 exp16(__m512 x) {
+  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(exp_max_x), _mm512_max_ps(_mm512_set1_ps(exp_min_x), x));
+  const __m512 magic = _mm512_set1_ps(exp_round_magic);
+  const __m512 t = _mm512_fmadd_ps(xc, _mm512_set1_ps(exp_log2e), magic);
+  const __m512 nf = _mm512_sub_ps(t, magic);
+  __m512 r = _mm512_fmadd_ps(nf, _mm512_set1_ps(-exp_ln2_hi), xc);
+  r = _mm512_fmadd_ps(nf, _mm512_set1_ps(-exp_ln2_lo), r);
+  __m512 p = _mm512_set1_ps(exp_p0);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_p1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_p2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_p3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_p4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_p5));
+  const __m512 r2 = _mm512_mul_ps(r, r);
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0f));
+  const __m512i n = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(magic));
+  __m512 result = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(y), _mm512_slli_epi32(n, 23)));
+  result = _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, _mm512_set1_ps(exp_min_x), _CMP_LT_OQ),
+                              _mm512_setzero_ps());
+  return _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+inline __m512 load_kv(const void* base, bool f16, std::size_t offset, __mmask16 mask) {
+  if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(base) + offset));
+  return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(base) + offset);
+}
+
+inline float dot16(const float* a, const void* b, bool b_f16, std::size_t count) {
+  __m512 acc = _mm512_setzero_ps();
+  for (std::size_t k = 0; k < count; k += 16) {
+    const __mmask16 mask = count - k >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(count - k);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + k), load_kv(b, b_f16, k, mask), acc);
+  }
+  return reduce(acc);
+}
+
+}  // namespace
+
+void fma_matmul_avx512(const FmaArgs& a) {
+  switch (a.type) {
+    case FmaWeights::f32: return fma_matmul<FmaWeights::f32>(a);
+    case FmaWeights::f16: return fma_matmul<FmaWeights::f16>(a);
+    case FmaWeights::bf16: return fma_matmul<FmaWeights::bf16>(a);
+  }
+}
+
+void attend_avx512(const AttentionArgs& a) {
+  // scores
+  for (std::size_t j = 0; j < a.count; ++j) {
+    const std::size_t row = j * a.row_stride;
+    const void* k = a.kv_f16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(a.k) + row)
+                             : static_cast<const void*>(static_cast<const float*>(a.k) + row);
+    a.scores[j] = dot16(a.q, k, a.kv_f16, a.head_dim) * a.scale;
+  }
+  // softmax numerators and their sum (16 lanes, lane l takes j = l, l + 16, ...)
+  __m512 vmax = _mm512_set1_ps(a.scores[0]);
+  for (std::size_t j = 0; j < a.count; j += 16) {
+    const __mmask16 mask = a.count - j >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.count - j);
+    vmax = _mm512_mask_max_ps(vmax, mask, vmax, _mm512_maskz_loadu_ps(mask, a.scores + j));
+  }
+  const __m512 shift = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 sum = _mm512_setzero_ps();
+  for (std::size_t j = 0; j < a.count; j += 16) {
+    const __mmask16 mask = a.count - j >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.count - j);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, a.scores + j), shift));
+    _mm512_mask_storeu_ps(a.scores + j, mask, e);
+    sum = _mm512_mask_add_ps(sum, mask, sum, e);
+  }
+  const __m512 total = _mm512_set1_ps(reduce(sum));
+  // weighted sum of v, 16 dimensions at a time, positions in increasing order
+  for (std::size_t d = 0; d < a.head_dim; d += 16) {
+    const __mmask16 mask = a.head_dim - d >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.head_dim - d);
+    __m512 acc = _mm512_setzero_ps();
+    for (std::size_t j = 0; j < a.count; ++j)
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(a.scores[j]), load_kv(a.v, a.kv_f16, j * a.row_stride + d, mask), acc);
+    _mm512_mask_storeu_ps(a.out + d, mask, _mm512_div_ps(acc, total));
+  }
+}
+
+void swiglu_avx512(const float* gate, const float* up, float* out, std::size_t count) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (std::size_t i = 0; i < count; i += 16) {
+    const __mmask16 mask = count - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(count - i);
+    const __m512 g = _mm512_maskz_loadu_ps(mask, gate + i);
+    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_xor_ps(g, sign))));
+    _mm512_mask_storeu_ps(out + i, mask, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(mask, up + i)));
+  }
+}
+
+float sum_squares_avx512(const float* x, std::size_t count) { return dot16(x, x, false, count); }
+
+}  // namespace specdec::cpu::detail

@@ -1,0 +1,123 @@
+#pragma once
+// Entry points of the per-instruction-set kernel files. kernels_avx2.cpp, kernels_avx512.cpp and
+// kernels_amx.cpp are compiled with their own -m flags (sources.cmake); they include nothing but
+// this header and <immintrin.h>, and use no standard-library templates, so that no inline function
+// compiled for AVX-512 can be merged by the linker into code that runs on an older CPU.
+// kernels.cpp checks the CPU before calling any of them.
+//
+// The reduction orders they implement are described in include/specdec/cpu/kernels.hpp; every
+// function here computes exactly that order (the tests compare each with the portable one bit for
+// bit).
+
+#include <cstddef>
+#include <cstdint>
+
+#include "specdec/cpu/kernel_args.hpp"
+
+namespace specdec::cpu::detail {
+
+/// Weight element types of the fma kernels (F32, F16, BF16 weights with f32 activations).
+enum class FmaWeights : int { f32 = 0, f16 = 1, bf16 = 2 };
+
+/// Bytes of one Q8_0 block: an f16 scale then 32 int8 quants.
+inline constexpr std::size_t q8_block_bytes = 34;
+inline constexpr std::size_t q8_block_elems = 32;
+
+/// The fma paths: y[t * ldy + r] = dot(W[r], x[t]) for r in [0, rows), t in [0, n).
+/// w points at row 0 of the range; x is f32 [n][cols] (row stride cols).
+struct FmaArgs {
+  FmaWeights type;
+  const std::byte* w;
+  std::size_t row_bytes;
+  std::size_t rows;
+  std::size_t cols;
+  const float* x;
+  std::size_t n;
+  float* y;
+  std::size_t ldy;
+};
+void fma_matmul_portable(const FmaArgs& a);
+void fma_matmul_avx2(const FmaArgs& a);
+void fma_matmul_avx512(const FmaArgs& a);
+
+/// The Q8_0 paths with row-major quantised activations: xq int8 [n][cols], xd f32 [n][cols/32].
+struct Q8RowsArgs {
+  const std::byte* w;
+  std::size_t row_bytes;
+  std::size_t rows;
+  std::size_t cols;
+  const std::int8_t* xq;
+  const float* xd;
+  std::size_t n;
+  float* y;
+  std::size_t ldy;
+};
+void q8_matmul_portable(const Q8RowsArgs& a);
+void q8_matmul_avx2(const Q8RowsArgs& a);
+
+/// AMX paths. rows must be a multiple of 16 (the caller pads a tail into a copy).
+/// BF16: xt = bf16 tiles [chunks][cols/32][16][16][2]; cols % 32 == 0.
+struct AmxBf16Args {
+  const std::byte* w;
+  std::size_t row_bytes;
+  std::size_t rows;
+  std::size_t cols;
+  const std::uint16_t* xt;
+  std::size_t n;
+  float* y;
+  std::size_t ldy;
+};
+void bf16_matmul_amx(const AmxBf16Args& a);
+/// Q8_0: xt = int8 tiles [chunks][cols/32][8][16][4], xd = f32 [chunks][cols/32][16].
+struct AmxQ8Args {
+  const std::byte* w;
+  std::size_t row_bytes;
+  std::size_t rows;
+  std::size_t cols;
+  const std::int8_t* xt;
+  const float* xd;
+  std::size_t n;
+  float* y;
+  std::size_t ldy;
+};
+void q8_matmul_amx(const AmxQ8Args& a);
+/// Requests AMX tile data permission for the process (Linux arch_prctl); true when granted.
+bool amx_request_permission();
+
+/// Attention of one query head (kernels.hpp: attend).
+void attend_portable(const AttentionArgs& a);
+void attend_avx2(const AttentionArgs& a);
+void attend_avx512(const AttentionArgs& a);
+
+/// out[i] = silu(gate[i]) * up[i] with the backend's exp.
+void swiglu_portable(const float* gate, const float* up, float* out, std::size_t count);
+void swiglu_avx2(const float* gate, const float* up, float* out, std::size_t count);
+void swiglu_avx512(const float* gate, const float* up, float* out, std::size_t count);
+
+/// sum of squares in the canonical 16-lane order (for RMSNorm).
+float sum_squares_portable(const float* x, std::size_t count);
+float sum_squares_avx2(const float* x, std::size_t count);
+float sum_squares_avx512(const float* x, std::size_t count);
+
+/// f32 <-> f16 conversion of a row (KV cache), round to nearest even.
+void f32_to_f16_row_portable(const float* in, std::uint16_t* out, std::size_t count);
+void f32_to_f16_row_avx2(const float* in, std::uint16_t* out, std::size_t count);
+
+// ---- exp: the constants every implementation shares (Cephes expf polynomial) ----------------
+// exp(x) = 2^n * p(r), n = round(x / ln2), r = x - n * ln2 (in two steps), p a degree-7 polynomial.
+// Inputs above exp_max_x are clamped to it (the result saturates at exp(88) ~ 1.65e38, never inf);
+// below exp_min_x the result is 0 (the true value is below 1.7e-38).
+inline constexpr float exp_log2e = 1.44269504088896341f;
+inline constexpr float exp_ln2_hi = 0.693359375f;
+inline constexpr float exp_ln2_lo = -2.12194440e-4f;
+inline constexpr float exp_round_magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+inline constexpr float exp_p0 = 1.9875691500e-4f;
+inline constexpr float exp_p1 = 1.3981999507e-3f;
+inline constexpr float exp_p2 = 8.3334519073e-3f;
+inline constexpr float exp_p3 = 4.1665795894e-2f;
+inline constexpr float exp_p4 = 1.6666665459e-1f;
+inline constexpr float exp_p5 = 5.0000001201e-1f;
+inline constexpr float exp_max_x = 88.0f;   // n <= 127 and 2^n * p(r) stays finite
+inline constexpr float exp_min_x = -87.0f;  // n >= -126 with r > 0: 2^n * p(r) stays normal
+
+}  // namespace specdec::cpu::detail

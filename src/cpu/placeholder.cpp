@@ -1,1 +1,0 @@
-// Replaced by the CPU backend (issue 4).

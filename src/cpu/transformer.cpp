@@ -1,0 +1,401 @@
+// The CPU Transformer: embedding -> n_layers x (attention block, SwiGLU block) -> norm -> head.
+//
+// One forward step over n tokens runs, per layer, five parallel operations on the thread pool:
+//   1. q, k, v projections, one task per attention head (its rows of W_q, W_k or W_v), which
+//      also adds the bias, applies the q/k norm and the rotary embedding to its head and stores
+//      k and v in the KV cache;
+//   2. attention, one task per (token, head);
+//   3. output projection + residual, tasks over row ranges of W_o;
+//   4. gate and up projections + SwiGLU, tasks over row ranges of the FFN;
+//   5. down projection + residual, tasks over row ranges of W_down;
+// and the RMSNorms and activation packing between them on the calling thread (they are small).
+// Tasks never split a dot product, and every kernel's reduction order is fixed (kernels.hpp), so
+// the results do not depend on n, on the thread count or on which thread ran what.
+#include "specdec/cpu/transformer.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "specdec/cpu/kernels.hpp"
+#include "specdec/cpu/thread_pool.hpp"
+
+namespace specdec::cpu {
+
+namespace {
+
+/// Tokens processed together through the whole network; longer inputs are split into steps of
+/// this size (which changes nothing in the results, only the size of the activation buffers).
+constexpr std::size_t max_step_tokens = 256;
+
+/// A small per-channel vector (norm weight, bias) as f32. These are the only weights copied:
+/// a few KB per layer, converted once so that the inner loops need not handle four dtypes.
+std::vector<float> load_vector(const WeightStore& weights, const std::string& name, std::size_t size) {
+  const Tensor& t = weights.get(name);
+  if (t.elements() != size)
+    throw Error(fmt::format("tensor {}: {} elements, expected {}", name, t.elements(), size));
+  MatrixRef m = MatrixRef::of(Tensor{t.name, t.dtype, {1, size}, t.data, t.nbytes});
+  std::vector<float> out(size);
+  dequantize_row(m, 0, out.data());
+  return out;
+}
+
+MatrixRef load_matrix(const WeightStore& weights, const std::string& name, std::size_t rows, std::size_t cols) {
+  const Tensor& t = weights.get(name);
+  if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
+    throw Error(fmt::format("tensor {}: shape [{}], expected [{}, {}]", name, fmt::join(t.shape, ", "), rows, cols));
+  return MatrixRef::of(t);
+}
+
+/// HF's RMSNorm: y = (x * (1 / sqrt(mean(x^2) + eps))) * w, in float.
+void rms_norm(Isa isa, const float* x, const float* w, float* y, std::size_t dim, float eps) {
+  const float mean = sum_squares(isa, x, dim) / static_cast<float>(dim);
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  for (std::size_t i = 0; i < dim; ++i) y[i] = (x[i] * scale) * w[i];
+}
+
+/// Rotates one head in place: pairs (x[2i], x[2i+1]) or (x[i], x[i + d/2]) by angle i.
+void apply_rope(RopeLayout layout, float* x, const float* cos, const float* sin, std::size_t head_dim) {
+  const std::size_t half = head_dim / 2;
+  for (std::size_t i = 0; i < half; ++i) {
+    float& a = layout == RopeLayout::adjacent_pairs ? x[2 * i] : x[i];
+    float& b = layout == RopeLayout::adjacent_pairs ? x[2 * i + 1] : x[i + half];
+    const float a0 = a, b0 = b;
+    a = a0 * cos[i] - b0 * sin[i];
+    b = b0 * cos[i] + a0 * sin[i];
+  }
+}
+
+/// Rotary inverse frequencies as Hugging Face computes them (float32), with the model's scaling.
+std::vector<float> rope_inv_freq(const ModelConfig& c, const WeightStore& weights) {
+  const std::size_t half = c.head_dim / 2;
+  std::vector<float> inv(half);
+  for (std::size_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+    inv[i] = 1.0f / std::pow(c.rope_theta, exponent);
+  }
+  const RopeScaling& s = c.rope_scaling;
+  if (s.kind == RopeScaling::Kind::linear) {
+    for (float& f : inv) f /= s.factor;
+  } else if (s.kind == RopeScaling::Kind::llama3) {
+    // transformers' _compute_llama3_parameters
+    const double old_len = static_cast<double>(s.original_context_length);
+    const double low_wavelen = old_len / s.low_freq_factor, high_wavelen = old_len / s.high_freq_factor;
+    for (float& f : inv) {
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen < high_wavelen) continue;  // high frequency: unchanged
+      if (wavelen > low_wavelen) {
+        f = f / s.factor;
+      } else {
+        const float smooth = static_cast<float>((old_len / wavelen - s.low_freq_factor) /
+                                                (s.high_freq_factor - s.low_freq_factor));
+        f = (1.0f - smooth) * f / s.factor + smooth * f;
+      }
+    }
+  }
+  if (c.rope_freq_factors) {
+    const std::vector<float> factors = load_vector(weights, "rope_freqs.weight", half);
+    for (std::size_t i = 0; i < half; ++i) inv[i] /= factors[i];
+  }
+  return inv;
+}
+
+std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
+
+}  // namespace
+
+// ================================================================================================
+
+struct LayerWeights {
+  MatrixRef q, k, v, o, gate, up, down;
+  std::vector<float> attn_norm, ffn_norm;
+  std::vector<float> q_bias, k_bias, v_bias;  // empty without qkv_bias
+  std::vector<float> q_norm, k_norm;          // empty without qk_norm
+};
+
+struct Transformer::State {
+  Isa isa = Isa::portable;
+  std::shared_ptr<ThreadPool> pool;
+  MatrixRef embed, output;
+  std::vector<float> output_norm;
+  std::vector<LayerWeights> layers;
+  std::vector<float> inv_freq;
+  float attn_scale = 1.0f;
+
+  // KV cache: per layer, K then V, each [n_kv_heads][context][head_dim], f32 or f16. Allocated
+  // uninitialised: pages become resident only as positions are written.
+  std::unique_ptr<float[]> kv_f32;
+  std::unique_ptr<std::uint16_t[]> kv_f16;
+  std::size_t head_stride = 0;   // context * head_dim
+  std::size_t layer_stride = 0;  // 2 * n_kv_heads * head_stride (K and V)
+
+  // Activations of one step of n tokens, row-major [n][width].
+  std::vector<float> x, xn, q, k, v, attn, proj, gate, up, hidden;
+  std::vector<float> rope_cos, rope_sin;  // [n][head_dim / 2]
+  std::vector<float> logits;              // [tokens of the call][vocab]
+  std::array<PackedInput, 4> packs;       // the current input, per InputFormat
+  std::vector<std::vector<float>> scratch;  // per thread: attention scores [context] + head [head_dim]
+
+  [[nodiscard]] std::size_t kv_offset(std::size_t layer, bool value, std::size_t head, std::size_t pos,
+                                      std::size_t head_dim) const {
+    return layer * layer_stride + (value ? layer_stride / 2 : 0) + head * head_stride + pos * head_dim;
+  }
+
+  /// Packs `x` [n][cols] for each distinct input format the matrices need.
+  void pack(const float* in, std::size_t n, std::size_t cols, std::initializer_list<const MatrixRef*> ms) {
+    std::array<bool, 4> done{};
+    for (const MatrixRef* m : ms) {
+      const auto f = static_cast<std::size_t>(input_format(isa, m->dtype, cols));
+      if (done[f]) continue;
+      packs[f].pack(isa, m->dtype, in, n, cols, cols);
+      done[f] = true;
+    }
+  }
+  const PackedInput& packed(const MatrixRef& m) const {
+    return packs[static_cast<std::size_t>(input_format(isa, m.dtype, m.cols))];
+  }
+};
+
+Transformer::Transformer(const LoadedModel& model, Options options)
+    : Transformer(model.config, model.weights, options) {}
+
+Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights, Options options)
+    : config_(config), weights_(std::move(weights)), options_(options), state_(std::make_unique<State>()) {
+  config_.validate();
+  if (!weights_) throw Error("cpu::Transformer: no weights");
+  const ModelConfig& c = config_;
+  const WeightStore& w = *weights_;
+  if (c.rope_layout != RopeLayout::adjacent_pairs && c.rope_layout != RopeLayout::rotate_half)
+    throw Error("cpu::Transformer: unknown rope layout");
+  if (c.head_dim % 2 != 0) throw Error(fmt::format("cpu::Transformer: head_dim {} is odd", c.head_dim));
+  context_length_ = options.context_length != 0 ? options.context_length : c.context_length;
+  if (context_length_ == 0) throw Error("cpu::Transformer: context length is 0 (set Options::context_length)");
+
+  State& s = *state_;
+  s.isa = default_isa();
+  s.pool = ThreadPool::shared(options.threads != 0 ? options.threads : physical_cores());
+
+  s.embed = load_matrix(w, "token_embd.weight", c.vocab_size, c.dim);
+  s.output = c.tied_embeddings || w.find("output.weight") == nullptr
+                 ? s.embed
+                 : load_matrix(w, "output.weight", c.vocab_size, c.dim);
+  s.output_norm = load_vector(w, "output_norm.weight", c.dim);
+  s.layers.resize(c.n_layers);
+  for (std::size_t i = 0; i < c.n_layers; ++i) {
+    LayerWeights& l = s.layers[i];
+    const std::string p = fmt::format("blk.{}.", i);
+    l.q = load_matrix(w, p + "attn_q.weight", c.q_dim(), c.dim);
+    l.k = load_matrix(w, p + "attn_k.weight", c.kv_dim(), c.dim);
+    l.v = load_matrix(w, p + "attn_v.weight", c.kv_dim(), c.dim);
+    l.o = load_matrix(w, p + "attn_output.weight", c.dim, c.q_dim());
+    l.gate = load_matrix(w, p + "ffn_gate.weight", c.ffn_dim, c.dim);
+    l.up = load_matrix(w, p + "ffn_up.weight", c.ffn_dim, c.dim);
+    l.down = load_matrix(w, p + "ffn_down.weight", c.dim, c.ffn_dim);
+    l.attn_norm = load_vector(w, p + "attn_norm.weight", c.dim);
+    l.ffn_norm = load_vector(w, p + "ffn_norm.weight", c.dim);
+    if (c.qkv_bias) {
+      l.q_bias = load_vector(w, p + "attn_q.bias", c.q_dim());
+      l.k_bias = load_vector(w, p + "attn_k.bias", c.kv_dim());
+      l.v_bias = load_vector(w, p + "attn_v.bias", c.kv_dim());
+    }
+    if (c.qk_norm) {
+      l.q_norm = load_vector(w, p + "attn_q_norm.weight", c.head_dim);
+      l.k_norm = load_vector(w, p + "attn_k_norm.weight", c.head_dim);
+    }
+  }
+  s.inv_freq = rope_inv_freq(c, w);
+  s.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+
+  s.head_stride = context_length_ * c.head_dim;
+  s.layer_stride = 2 * c.n_kv_heads * s.head_stride;
+  const std::size_t kv_elements = c.n_layers * s.layer_stride;
+  if (options.kv_type == KvType::f16)
+    s.kv_f16 = std::make_unique_for_overwrite<std::uint16_t[]>(kv_elements);
+  else
+    s.kv_f32 = std::make_unique_for_overwrite<float[]>(kv_elements);
+
+  s.scratch.resize(s.pool->size());
+  for (auto& v : s.scratch) v.resize(context_length_ + c.head_dim);
+}
+
+Transformer::~Transformer() = default;
+Transformer::Transformer(Transformer&&) noexcept = default;
+Transformer& Transformer::operator=(Transformer&&) noexcept = default;
+
+std::size_t Transformer::threads() const noexcept { return state_->pool->size(); }
+
+std::size_t Transformer::kv_cache_bytes() const noexcept {
+  const std::size_t elements = config_.n_layers * state_->layer_stride;
+  return elements * (options_.kv_type == KvType::f16 ? 2 : 4);
+}
+
+void Transformer::rollback(std::size_t n) {
+  if (n > cached_) throw Error(fmt::format("cpu::Transformer::rollback({}): only {} positions are cached", n, cached_));
+  cached_ = n;
+}
+
+LogitsView Transformer::forward(std::span<const token_t> tokens) {
+  if (tokens.empty()) throw Error("cpu::Transformer::forward: no tokens");
+  if (tokens.size() > context_length_ - cached_)
+    throw Error(fmt::format("cpu::Transformer::forward: {} cached + {} new tokens exceed the context length {}",
+                            cached_, tokens.size(), context_length_));
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= config_.vocab_size)
+      throw Error(fmt::format("cpu::Transformer::forward: token {} (at {}) is outside the vocabulary [0, {})",
+                              tokens[i], i, config_.vocab_size));
+
+  State& s = *state_;
+  const ModelConfig& c = config_;
+  s.logits.resize(tokens.size() * c.vocab_size);
+  for (std::size_t first = 0; first < tokens.size(); first += max_step_tokens) {
+    const std::size_t n = std::min(max_step_tokens, tokens.size() - first);
+    step(tokens.subspan(first, n), s.logits.data() + first * c.vocab_size);
+  }
+  return LogitsView{s.logits.data(), tokens.size(), c.vocab_size, Memory::host};
+}
+
+void Transformer::step(std::span<const token_t> tokens, float* logits) {
+  State& s = *state_;
+  const ModelConfig& c = config_;
+  const std::size_t n = tokens.size(), dim = c.dim, hd = c.head_dim, half = hd / 2;
+  const std::size_t q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.ffn_dim;
+  const std::size_t pos0 = cached_;
+  const Isa isa = s.isa;
+  ThreadPool& pool = *s.pool;
+  const std::size_t threads = pool.size();
+
+  s.x.resize(n * dim);
+  s.xn.resize(n * dim);
+  s.q.resize(n * q_dim);
+  s.k.resize(n * kv_dim);
+  s.v.resize(n * kv_dim);
+  s.attn.resize(n * q_dim);
+  s.proj.resize(n * dim);
+  s.gate.resize(n * ffn);
+  s.up.resize(n * ffn);
+  s.hidden.resize(n * ffn);
+
+  for (std::size_t t = 0; t < n; ++t) dequantize_row(s.embed, static_cast<std::size_t>(tokens[t]), s.x.data() + t * dim);
+
+  // Rotary angles of the n new positions: angle = float(pos) * inv_freq (float), as HF does.
+  s.rope_cos.resize(n * half);
+  s.rope_sin.resize(n * half);
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(pos0 + t) * s.inv_freq[i];
+      s.rope_cos[t * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      s.rope_sin[t * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+
+  // Row ranges per task for the row-split operations: about 8 tasks per thread so that a thread
+  // the OS deschedules holds up little; multiples of 32 rows (the AMX kernels' group).
+  auto row_tasks = [&](std::size_t rows) {
+    const std::size_t per_task = std::max<std::size_t>(32, round_up((rows + 8 * threads - 1) / (8 * threads), 32));
+    return std::pair{per_task, (rows + per_task - 1) / per_task};
+  };
+  // y[t][r] = W x for a range of rows, then an epilogue on that range.
+  auto project = [&](const MatrixRef& w, float* y, std::size_t ldy, auto&& epilogue) {
+    const auto [per_task, tasks] = row_tasks(w.rows);
+    const PackedInput& in = s.packed(w);
+    pool.run(tasks, [&](std::size_t task, std::size_t) {
+      const std::size_t r0 = task * per_task, r1 = std::min(w.rows, r0 + per_task);
+      matmul(isa, w, in, r0, r1, y, ldy);
+      epilogue(r0, r1);
+    });
+  };
+
+  for (std::size_t li = 0; li < c.n_layers; ++li) {
+    const LayerWeights& L = s.layers[li];
+
+    // ---- attention block --------------------------------------------------------------------
+    for (std::size_t t = 0; t < n; ++t)
+      rms_norm(isa, s.x.data() + t * dim, L.attn_norm.data(), s.xn.data() + t * dim, dim, c.rms_norm_eps);
+    s.pack(s.xn.data(), n, dim, {&L.q, &L.k, &L.v});
+    // Tasks: q heads, then k heads, then v heads.
+    pool.run(c.n_heads + 2 * c.n_kv_heads, [&](std::size_t task, std::size_t) {
+      const bool is_q = task < c.n_heads, is_k = !is_q && task < c.n_heads + c.n_kv_heads;
+      const std::size_t head = is_q ? task : is_k ? task - c.n_heads : task - c.n_heads - c.n_kv_heads;
+      const MatrixRef& w = is_q ? L.q : is_k ? L.k : L.v;
+      float* out = is_q ? s.q.data() : is_k ? s.k.data() : s.v.data();
+      const std::size_t width = is_q ? q_dim : kv_dim;
+      const std::vector<float>& bias = is_q ? L.q_bias : is_k ? L.k_bias : L.v_bias;
+      matmul(isa, w, s.packed(w), head * hd, (head + 1) * hd, out, width);
+      for (std::size_t t = 0; t < n; ++t) {
+        float* h = out + t * width + head * hd;
+        if (!bias.empty())
+          for (std::size_t d = 0; d < hd; ++d) h[d] += bias[head * hd + d];
+        if (is_q || is_k) {
+          const std::vector<float>& norm = is_q ? L.q_norm : L.k_norm;
+          if (!norm.empty()) rms_norm(isa, h, norm.data(), h, hd, c.rms_norm_eps);
+          apply_rope(c.rope_layout, h, s.rope_cos.data() + t * half, s.rope_sin.data() + t * half, hd);
+        }
+        if (is_q) continue;
+        const std::size_t at = s.kv_offset(li, !is_k, head, pos0 + t, hd);
+        if (s.kv_f16)
+          f32_to_f16_row(isa, h, s.kv_f16.get() + at, hd);
+        else
+          std::copy(h, h + hd, s.kv_f32.get() + at);
+      }
+    });
+    // Attention: one task per (token, query head).
+    const std::size_t group = c.n_heads / c.n_kv_heads;
+    pool.run(n * c.n_heads, [&](std::size_t task, std::size_t thread) {
+      const std::size_t t = task / c.n_heads, head = task % c.n_heads, kv_head = head / group;
+      AttentionArgs args;
+      args.q = s.q.data() + t * q_dim + head * hd;
+      const std::size_t k_at = s.kv_offset(li, false, kv_head, 0, hd), v_at = s.kv_offset(li, true, kv_head, 0, hd);
+      args.kv_f16 = s.kv_f16 != nullptr;
+      args.k = args.kv_f16 ? static_cast<const void*>(s.kv_f16.get() + k_at) : s.kv_f32.get() + k_at;
+      args.v = args.kv_f16 ? static_cast<const void*>(s.kv_f16.get() + v_at) : s.kv_f32.get() + v_at;
+      args.count = pos0 + t + 1;  // causal: positions 0 .. pos0 + t
+      args.head_dim = hd;
+      args.row_stride = hd;
+      args.scale = s.attn_scale;
+      args.scores = s.scratch[thread].data();
+      args.out = s.attn.data() + t * q_dim + head * hd;
+      attend(isa, args);
+    });
+    s.pack(s.attn.data(), n, q_dim, {&L.o});
+    project(L.o, s.proj.data(), dim, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t r = r0; r < r1; ++r) s.x[t * dim + r] += s.proj[t * dim + r];
+    });
+
+    // ---- SwiGLU block -----------------------------------------------------------------------
+    for (std::size_t t = 0; t < n; ++t)
+      rms_norm(isa, s.x.data() + t * dim, L.ffn_norm.data(), s.xn.data() + t * dim, dim, c.rms_norm_eps);
+    s.pack(s.xn.data(), n, dim, {&L.gate, &L.up});
+    {
+      const auto [per_task, tasks] = row_tasks(ffn);
+      const PackedInput& in_gate = s.packed(L.gate);
+      const PackedInput& in_up = s.packed(L.up);
+      pool.run(tasks, [&](std::size_t task, std::size_t) {
+        const std::size_t r0 = task * per_task, r1 = std::min(ffn, r0 + per_task);
+        matmul(isa, L.gate, in_gate, r0, r1, s.gate.data(), ffn);
+        matmul(isa, L.up, in_up, r0, r1, s.up.data(), ffn);
+        for (std::size_t t = 0; t < n; ++t)
+          swiglu(isa, s.gate.data() + t * ffn + r0, s.up.data() + t * ffn + r0, s.hidden.data() + t * ffn + r0, r1 - r0);
+      });
+    }
+    s.pack(s.hidden.data(), n, ffn, {&L.down});
+    project(L.down, s.proj.data(), dim, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t r = r0; r < r1; ++r) s.x[t * dim + r] += s.proj[t * dim + r];
+    });
+  }
+
+  // ---- head ---------------------------------------------------------------------------------
+  for (std::size_t t = 0; t < n; ++t)
+    rms_norm(isa, s.x.data() + t * dim, s.output_norm.data(), s.xn.data() + t * dim, dim, c.rms_norm_eps);
+  s.pack(s.xn.data(), n, dim, {&s.output});
+  project(s.output, logits, c.vocab_size, [](std::size_t, std::size_t) {});
+  cached_ += n;
+}
+
+}  // namespace specdec::cpu

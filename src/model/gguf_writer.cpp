@@ -1,0 +1,386 @@
+// GGUF v3 writer and the F32 -> F16 / Q8_0 model conversion: see specdec/model/gguf_writer.hpp.
+#include "specdec/model/gguf_writer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "checked.hpp"
+
+namespace specdec {
+
+// ------------------------------------------------------------------------ element conversions
+
+std::uint16_t fp32_to_fp16(float value) noexcept {
+  // Integer-only, so that the result cannot depend on the floating-point environment.
+  const auto x = std::bit_cast<std::uint32_t>(value);
+  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
+  const std::uint32_t magnitude = x & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return sign | 0x7e00u;  // NaN -> quiet NaN (as ggml)
+  // 65520 (0x477ff000) lies halfway between the largest half, 65504, and 2^16: ties-to-even
+  // rounds it, and everything above it (infinity included), to infinity.
+  if (magnitude >= 0x477ff000u) return sign | 0x7c00u;
+  if (magnitude < 0x38800000u) {
+    // Below 2^-14, the smallest normal half: a subnormal half counts units of 2^-24. The float's
+    // value is m * 2^(e - 150) with m its 24-bit significand, i.e. m * 2^(e - 126) units: shift
+    // m right by 126 - e bits, rounding to nearest even. Below 2^-25 everything rounds to 0.
+    const std::uint32_t e = magnitude >> 23;
+    if (e < 102) return sign;
+    const std::uint32_t m = (magnitude & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = 126 - e;  // 14 .. 24
+    std::uint32_t units = m >> shift;
+    const std::uint32_t rest = m & ((1u << shift) - 1);
+    const std::uint32_t half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (units & 1u))) ++units;  // may carry into 0x400: fine
+    return static_cast<std::uint16_t>(sign | units);
+  }
+  // Normal: rebias the exponent (127 -> 15) and drop 13 mantissa bits, rounding to nearest even.
+  // A carry out of the mantissa correctly bumps the exponent.
+  std::uint32_t h = (magnitude >> 13) - (112u << 10);
+  const std::uint32_t rest = magnitude & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<std::uint16_t>(sign | h);
+}
+
+float fp16_to_fp32(std::uint16_t bits) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+  const std::uint32_t exponent = (bits >> 10) & 0x1fu;
+  const std::uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float
+    const float v = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign ? -v : v;
+  }
+  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+void quantize_row_q8_0(std::span<const float> x, std::span<std::byte> out) {
+  if (x.size() % kQ8_0BlockElems != 0)
+    throw Error(fmt::format("quantize_row_q8_0: {} values is not a multiple of {}", x.size(),
+                            kQ8_0BlockElems));
+  const std::size_t blocks = x.size() / kQ8_0BlockElems;
+  if (out.size() != blocks * kQ8_0BlockBytes)
+    throw Error(fmt::format("quantize_row_q8_0: {} blocks need {} bytes, got {}", blocks,
+                            blocks * kQ8_0BlockBytes, out.size()));
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const float* v = x.data() + b * kQ8_0BlockElems;  // [32] weights of this block
+    std::byte* block = out.data() + b * kQ8_0BlockBytes;
+    float amax = 0.0f;
+    for (std::size_t j = 0; j < kQ8_0BlockElems; ++j) amax = std::max(amax, std::fabs(v[j]));
+    // The same float operations as ggml's quantize_row_q8_0_ref, in the same order: the scale
+    // is stored as f16 but the weights are divided by the unrounded float scale.
+    const float d = amax / 127.0f;
+    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    const std::uint16_t d16 = fp32_to_fp16(d);
+    std::memcpy(block, &d16, sizeof d16);
+    for (std::size_t j = 0; j < kQ8_0BlockElems; ++j) {
+      const auto q = static_cast<std::int8_t>(std::round(v[j] * inverse));  // halves away from 0
+      std::memcpy(block + 2 + j, &q, 1);
+    }
+  }
+}
+
+void dequantize_row_q8_0(std::span<const std::byte> blocks, std::span<float> out) {
+  if (blocks.size() % kQ8_0BlockBytes != 0 ||
+      blocks.size() / kQ8_0BlockBytes * kQ8_0BlockElems != out.size())
+    throw Error(fmt::format("dequantize_row_q8_0: {} bytes do not hold {} values", blocks.size(),
+                            out.size()));
+  for (std::size_t b = 0; b < blocks.size() / kQ8_0BlockBytes; ++b) {
+    const std::byte* block = blocks.data() + b * kQ8_0BlockBytes;
+    std::uint16_t d16 = 0;
+    std::memcpy(&d16, block, sizeof d16);
+    const float d = fp16_to_fp32(d16);
+    for (std::size_t j = 0; j < kQ8_0BlockElems; ++j) {
+      std::int8_t q = 0;
+      std::memcpy(&q, block + 2 + j, 1);
+      out[b * kQ8_0BlockElems + j] = static_cast<float>(q) * d;
+    }
+  }
+}
+
+std::uint32_t ggml_type_of(DType dtype) noexcept {
+  switch (dtype) {
+    case DType::f32:
+      return 0;
+    case DType::f16:
+      return 1;
+    case DType::q4_0:
+      return 2;
+    case DType::q8_0:
+      return 8;
+    case DType::q4_k:
+      return 12;
+    case DType::bf16:
+      return 30;
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------------ writer
+
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+void put_raw(Bytes& out, const void* p, std::size_t n) {
+  // resize + memcpy rather than insert(): GCC 12 reports a bogus -Wstringop-overflow for
+  // vector<std::byte>::insert of a few bytes (a false positive).
+  if (n == 0) return;
+  const std::size_t at = out.size();
+  out.resize(at + n);
+  std::memcpy(out.data() + at, p, n);
+}
+template <class T>
+void put(Bytes& out, T v) {
+  put_raw(out, &v, sizeof v);
+}
+void put_string(Bytes& out, const std::string& s) {
+  put<std::uint64_t>(out, s.size());
+  put_raw(out, s.data(), s.size());
+}
+void pad_to(Bytes& out, std::uint64_t alignment) {
+  out.resize(static_cast<std::size_t>(*detail::checked_align_up(out.size(), alignment)),
+             std::byte{0});
+}
+
+/// Writes a value's payload in its declared type (the reader widened it; this narrows it back).
+void put_value(Bytes& out, GgufType type, const GgufValue& v, const std::string& key) {
+  const auto fail = [&] {
+    throw Error(
+        fmt::format("GgufWriter: metadata key '{}' does not hold a {}", key, gguf_type_name(type)));
+  };
+  const auto as_int = [&]() -> std::int64_t {
+    if (const auto i = v.as_int()) return *i;
+    if (const auto* u = std::get_if<std::uint64_t>(&v.value)) return static_cast<std::int64_t>(*u);
+    fail();
+    return 0;
+  };
+  switch (type) {
+    case GgufType::uint8:
+      put(out, static_cast<std::uint8_t>(as_int()));
+      break;
+    case GgufType::int8:
+      put(out, static_cast<std::int8_t>(as_int()));
+      break;
+    case GgufType::uint16:
+      put(out, static_cast<std::uint16_t>(as_int()));
+      break;
+    case GgufType::int16:
+      put(out, static_cast<std::int16_t>(as_int()));
+      break;
+    case GgufType::uint32:
+      put(out, static_cast<std::uint32_t>(as_int()));
+      break;
+    case GgufType::int32:
+      put(out, static_cast<std::int32_t>(as_int()));
+      break;
+    case GgufType::uint64:
+      put(out, static_cast<std::uint64_t>(as_int()));
+      break;
+    case GgufType::int64:
+      put(out, as_int());
+      break;
+    case GgufType::float32:
+    case GgufType::float64: {
+      const auto f = v.as_float();
+      if (!f) fail();
+      if (type == GgufType::float32)
+        put(out, static_cast<float>(*f));
+      else
+        put(out, *f);
+      break;
+    }
+    case GgufType::boolean: {
+      const auto b = v.as_bool();
+      if (!b) fail();
+      put<std::uint8_t>(out, *b ? 1 : 0);
+      break;
+    }
+    case GgufType::string: {
+      const std::string* s = v.as_string();
+      if (s == nullptr) fail();
+      put_string(out, *s);
+      break;
+    }
+    case GgufType::array: {
+      const GgufValue::Array* a = v.as_array();
+      if (a == nullptr) fail();
+      put(out, static_cast<std::uint32_t>(v.element_type));
+      put<std::uint64_t>(out, a->size());
+      for (const GgufValue& e : *a) put_value(out, v.element_type, e, key);
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+GgufWriter::GgufWriter(std::uint64_t alignment) : alignment_(alignment) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0)
+    throw Error(fmt::format("GgufWriter: alignment {} is not a power of two", alignment));
+}
+
+GgufValue GgufWriter::u32(std::uint32_t v) {
+  GgufValue value;
+  value.type = GgufType::uint32;
+  value.value = std::uint64_t{v};
+  return value;
+}
+
+GgufValue GgufWriter::str(std::string v) {
+  GgufValue value;
+  value.type = GgufType::string;
+  value.value = std::move(v);
+  return value;
+}
+
+void GgufWriter::set(const std::string& key, GgufValue value) {
+  for (auto& [k, v] : metadata_)
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  metadata_.emplace_back(key, std::move(value));
+}
+
+void GgufWriter::add_tensor(const std::string& name, DType dtype, std::vector<std::uint64_t> shape,
+                            std::vector<std::byte> data) {
+  for (const auto& t : tensors_)
+    if (t.name == name) throw Error(fmt::format("GgufWriter: duplicate tensor '{}'", name));
+  std::uint64_t elements = 1;
+  for (const auto d : shape) elements *= d;
+  const std::uint64_t cols = shape.empty() ? 1 : shape.back();
+  if (cols % dtype_block_elems(dtype) != 0)
+    throw Error(
+        fmt::format("GgufWriter: tensor '{}': rows of {} values do not hold whole {} blocks", name,
+                    cols, dtype_name(dtype)));
+  const std::uint64_t expected = elements / dtype_block_elems(dtype) * dtype_block_bytes(dtype);
+  if (data.size() != expected)
+    throw Error(fmt::format("GgufWriter: tensor '{}' has {} bytes, its shape and type need {}",
+                            name, data.size(), expected));
+  tensors_.push_back({name, dtype, std::move(shape), std::move(data)});
+}
+
+std::vector<std::byte> GgufWriter::bytes() const {
+  Bytes out;
+  put_raw(out, "GGUF", 4);
+  put<std::uint32_t>(out, 3);
+  put<std::uint64_t>(out, tensors_.size());
+  put<std::uint64_t>(out, metadata_.size());
+  for (const auto& [key, value] : metadata_) {
+    put_string(out, key);
+    put(out, static_cast<std::uint32_t>(value.type));
+    put_value(out, value.type, value, key);
+  }
+  // Tensor infos: ne[] innermost first (specdec's shapes are outermost first), offsets relative
+  // to the data section, each rounded up to the alignment.
+  std::uint64_t offset = 0;
+  for (const auto& t : tensors_) {
+    put_string(out, t.name);
+    put(out, static_cast<std::uint32_t>(t.shape.size()));
+    for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d) put<std::uint64_t>(out, *d);
+    put(out, ggml_type_of(t.dtype));
+    put<std::uint64_t>(out, offset);
+    offset = *detail::checked_align_up(offset + t.data.size(), alignment_);
+  }
+  pad_to(out, alignment_);
+  for (const auto& t : tensors_) {
+    put_raw(out, t.data.data(), t.data.size());
+    pad_to(out, alignment_);
+  }
+  return out;
+}
+
+void GgufWriter::write(const std::string& path) const {
+  const Bytes data = bytes();
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) throw Error(fmt::format("{}: cannot open for writing", path));
+  file.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  if (!file.flush()) throw Error(fmt::format("{}: write failed", path));
+}
+
+// ------------------------------------------------------------------------ model conversion
+
+namespace {
+
+/// The tensor's values as floats (F32, F16 and BF16 inputs).
+std::vector<float> to_f32(const GgufFile& g, const GgufTensorInfo& t) {
+  if (!t.dtype || (*t.dtype != DType::f32 && *t.dtype != DType::f16 && *t.dtype != DType::bf16)) {
+    const char* type = ggml_type_name(t.ggml_type);
+    g.fail(fmt::format("tensor '{}' is {}: convert reads F32, F16 and BF16 tensors", t.name,
+                       type ? type : "?"));
+  }
+  const std::size_t n = static_cast<std::size_t>(t.nbytes / dtype_block_bytes(*t.dtype));
+  std::vector<float> out(n);
+  if (*t.dtype == DType::f32) {
+    std::memcpy(out.data(), t.data, n * sizeof(float));
+    return out;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t h = 0;
+    std::memcpy(&h, t.data + 2 * i, 2);
+    out[i] =
+        *t.dtype == DType::f16 ? fp16_to_fp32(h) : std::bit_cast<float>(std::uint32_t{h} << 16);
+  }
+  return out;
+}
+
+Bytes encode(const std::vector<float>& values, DType type) {
+  Bytes out;
+  switch (type) {
+    case DType::f32:
+      put_raw(out, values.data(), values.size() * sizeof(float));
+      break;
+    case DType::f16:
+      out.resize(values.size() * 2);
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const std::uint16_t h = fp32_to_fp16(values[i]);
+        std::memcpy(out.data() + 2 * i, &h, 2);
+      }
+      break;
+    case DType::q8_0:
+      out.resize(values.size() / kQ8_0BlockElems * kQ8_0BlockBytes);
+      quantize_row_q8_0(values, out);
+      break;
+    default:
+      throw Error(fmt::format("convert: cannot write {} tensors", dtype_name(type)));
+  }
+  return out;
+}
+
+}  // namespace
+
+ConvertReport convert_gguf(const std::string& in, const std::string& out, DType type) {
+  if (type != DType::f16 && type != DType::q8_0)
+    throw Error(
+        fmt::format("convert: the target type must be F16 or Q8_0, not {}", dtype_name(type)));
+  const GgufFile g = read_gguf(in);
+
+  GgufWriter writer(g.alignment);
+  for (const auto& [key, value] : g.metadata) writer.set(key, value);
+  // llama.cpp's llama_ftype: MOSTLY_F16 = 1, MOSTLY_Q8_0 = 7.
+  writer.set("general.file_type", GgufWriter::u32(type == DType::q8_0 ? 7 : 1));
+  if (type == DType::q8_0) writer.set("general.quantization_version", GgufWriter::u32(2));
+
+  ConvertReport report;
+  for (const GgufTensorInfo& t : g.tensors) {
+    const std::vector<float> values = to_f32(g, t);
+    // Matrices (embeddings, projections) take the new type; vectors (norms) stay F32, both
+    // because they are tiny and because their precision matters most (llama.cpp does the same).
+    const bool matrix = t.shape.size() >= 2 && t.shape.back() % dtype_block_elems(type) == 0;
+    const DType to = matrix ? type : DType::f32;
+    Bytes data = encode(values, to);
+    report.tensors.push_back({t.name, t.shape, *t.dtype, to, t.nbytes, data.size()});
+    writer.add_tensor(t.name, to, t.shape, std::move(data));
+  }
+  writer.write(out);
+  std::ifstream written(out, std::ios::binary | std::ios::ate);
+  report.file_bytes = static_cast<std::uint64_t>(written.tellg());
+  return report;
+}
+
+}  // namespace specdec

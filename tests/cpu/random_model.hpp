@@ -1,0 +1,128 @@
+#pragma once
+// Small random-weight models held in memory (no files): a WeightStore whose tensors point into
+// buffers the returned shared_ptr keeps alive. Used by the invariance tests for every weight
+// dtype and architecture option.
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "specdec/cpu/kernels.hpp"
+#include "specdec/model/config.hpp"
+#include "specdec/model/weights.hpp"
+
+namespace specdec::test {
+
+struct RandomModel {
+  ModelConfig config;
+  std::shared_ptr<const WeightStore> weights;
+};
+
+/// Encodes floats as a tensor of `dtype` (rows x cols), appending the bytes to `storage`.
+inline std::vector<std::byte> encode(const std::vector<float>& v, DType dtype) {
+  std::vector<std::byte> out;
+  switch (dtype) {
+    case DType::f32:
+      out.resize(v.size() * 4);
+      std::memcpy(out.data(), v.data(), out.size());
+      break;
+    case DType::f16:
+    case DType::bf16:
+      out.resize(v.size() * 2);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::uint16_t h = dtype == DType::f16 ? cpu::f32_to_f16(v[i]) : cpu::f32_to_bf16(v[i]);
+        std::memcpy(out.data() + 2 * i, &h, 2);
+      }
+      break;
+    case DType::q8_0:
+      out.resize(v.size() / 32 * 34);
+      cpu::quantize_row_q8_0(v.data(), out.data(), v.size());
+      break;
+    default: throw Error("encode: unsupported dtype");
+  }
+  return out;
+}
+
+/// A Llama-family model: `matrix_dtype` for the projection matrices and the embedding, f32 norms
+/// and biases. Weights are scaled for unit-variance activations.
+inline RandomModel make_random_model(const ModelConfig& config, DType matrix_dtype, unsigned seed) {
+  struct Holder {
+    WeightStore store;
+    std::vector<std::vector<std::byte>> buffers;
+  };
+  auto holder = std::make_shared<Holder>();
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto add = [&](const std::string& name, std::vector<std::uint64_t> shape, float scale, float offset, DType dtype) {
+    std::size_t count = 1;
+    for (auto d : shape) count *= d;
+    std::vector<float> v(count);
+    for (auto& x : v) x = offset + scale * normal(rng);
+    holder->buffers.push_back(encode(v, dtype));
+    const auto& bytes = holder->buffers.back();
+    holder->store.add(Tensor{name, dtype, std::move(shape), bytes.data(), bytes.size()});
+  };
+  const ModelConfig& c = config;
+  const auto dim = c.dim, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim, ffn = c.ffn_dim;
+  auto inv_sqrt = [](std::size_t n) { return 1.0f / std::sqrt(static_cast<float>(n)); };
+  add("token_embd.weight", {c.vocab_size, dim}, 1.0f, 0.0f, matrix_dtype);
+  if (!c.tied_embeddings) add("output.weight", {c.vocab_size, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
+  add("output_norm.weight", {dim}, 0.1f, 1.0f, DType::f32);
+  for (std::size_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    add(p + "attn_norm.weight", {dim}, 0.1f, 1.0f, DType::f32);
+    add(p + "attn_q.weight", {q_dim, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
+    add(p + "attn_k.weight", {kv_dim, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
+    add(p + "attn_v.weight", {kv_dim, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
+    add(p + "attn_output.weight", {dim, q_dim}, inv_sqrt(q_dim), 0.0f, matrix_dtype);
+    if (c.qkv_bias) {
+      add(p + "attn_q.bias", {q_dim}, 0.1f, 0.0f, DType::f32);
+      add(p + "attn_k.bias", {kv_dim}, 0.1f, 0.0f, DType::f32);
+      add(p + "attn_v.bias", {kv_dim}, 0.1f, 0.0f, DType::f32);
+    }
+    if (c.qk_norm) {
+      add(p + "attn_q_norm.weight", {c.head_dim}, 0.1f, 1.0f, DType::f32);
+      add(p + "attn_k_norm.weight", {c.head_dim}, 0.1f, 1.0f, DType::f32);
+    }
+    add(p + "ffn_norm.weight", {dim}, 0.1f, 1.0f, DType::f32);
+    add(p + "ffn_gate.weight", {ffn, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
+    add(p + "ffn_up.weight", {ffn, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
+    add(p + "ffn_down.weight", {dim, ffn}, inv_sqrt(ffn), 0.0f, matrix_dtype);
+  }
+  return {config, std::shared_ptr<const WeightStore>(holder, &holder->store)};
+}
+
+/// A small Llama: 2 layers, dim 64, 4 heads of 16, 2 KV heads, FFN 96, vocab 160 (rows and
+/// columns that are not all multiples of 32, to reach the kernels' tail paths).
+inline ModelConfig small_llama() {
+  ModelConfig c;
+  c.architecture = "llama";
+  c.vocab_size = 160;
+  c.dim = 64;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 16;
+  c.ffn_dim = 96;
+  c.context_length = 96;
+  c.rope_layout = RopeLayout::adjacent_pairs;
+  return c;
+}
+
+/// Qwen-like: q/k/v biases, q/k norms, rotate_half, tied embeddings, head_dim != dim / heads.
+inline ModelConfig small_qwen() {
+  ModelConfig c = small_llama();
+  c.architecture = "qwen3";
+  c.head_dim = 24;
+  c.qkv_bias = true;
+  c.qk_norm = true;
+  c.tied_embeddings = true;
+  c.rope_layout = RopeLayout::rotate_half;
+  c.rope_theta = 1e6f;
+  return c;
+}
+
+}  // namespace specdec::test

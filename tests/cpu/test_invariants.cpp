@@ -1,0 +1,171 @@
+// Properties of the CPU Transformer that exact speculative decoding relies on, checked with
+// memcmp on random-weight models of every weight dtype and both architectures' options:
+//  - batch invariance: a position's logits row is bitwise the same whatever number of tokens
+//    (1 .. 16 and more) shared its forward call;
+//  - incremental: forward(a) then forward(b) == forward(a ++ b) row by row;
+//  - rollback: forward(prefix ++ draft), rollback, forward(other) == fresh forward(prefix ++ other);
+//  - thread count does not change the result; two instances can share one WeightStore;
+// plus the error cases of the interface.
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "random_model.hpp"
+#include "specdec/cpu/kernels.hpp"
+#include "specdec/cpu/transformer.hpp"
+#include "specdec_test.hpp"
+
+namespace {
+
+using namespace specdec;
+using cpu::Isa;
+using cpu::Transformer;
+
+std::vector<token_t> random_tokens(std::size_t n, std::size_t vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<token_t> d(0, static_cast<token_t>(vocab) - 1);
+  std::vector<token_t> t(n);
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+/// Logits of `tokens` fed in consecutive calls of the given sizes, as one [n][vocab] array.
+std::vector<float> run_in_chunks(Transformer& model, const std::vector<token_t>& tokens,
+                                 const std::vector<std::size_t>& sizes) {
+  std::vector<float> out;
+  std::size_t at = 0;
+  for (std::size_t size : sizes) {
+    const LogitsView l = model.forward(std::span(tokens).subspan(at, size));
+    out.insert(out.end(), l.data, l.data + l.rows * l.vocab);
+    at += size;
+  }
+  REQUIRE(at == tokens.size());
+  return out;
+}
+
+bool rows_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct IsaOverride {
+  explicit IsaOverride(Isa isa) { cpu::set_isa_override(isa); }
+  ~IsaOverride() { cpu::set_isa_override(std::nullopt); }
+};
+
+}  // namespace
+
+TEST_CASE("batch invariance, incremental and rollback equalities, bitwise", "[cpu][invariants]") {
+  for (const bool qwen : {false, true}) {
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::q8_0}) {
+      for (cpu::KvType kv : {cpu::KvType::f32, cpu::KvType::f16}) {
+        if (kv == cpu::KvType::f16 && dtype != DType::f32) continue;  // the KV type is independent of the weights
+        const test::RandomModel m =
+            test::make_random_model(qwen ? test::small_qwen() : test::small_llama(), dtype, 42);
+        INFO((qwen ? "qwen-like " : "llama ") << dtype_name(dtype) << " kv " << (kv == cpu::KvType::f16 ? "f16" : "f32")
+                                              << " on " << cpu::isa_name(cpu::default_isa()));
+        const std::vector<token_t> tokens = random_tokens(40, m.config.vocab_size, 9);
+        Transformer model(m.config, m.weights, {.threads = 2, .kv_type = kv});
+
+        // Reference: one token per call.
+        const std::vector<float> single = run_in_chunks(model, tokens, std::vector<std::size_t>(tokens.size(), 1));
+        // Batch invariance: the same positions in calls of 1 .. 16 tokens and one of 40.
+        for (const std::vector<std::size_t>& sizes :
+             {std::vector<std::size_t>{16, 16, 8}, {5, 2, 9, 4, 1, 3, 16}, {40}, {12, 28}}) {
+          model.reset();
+          CHECK(rows_equal(run_in_chunks(model, tokens, sizes), single));
+        }
+
+        // Rollback: prefix ++ draft, roll back to the prefix, then other tokens.
+        const std::vector<token_t> draft = random_tokens(5, m.config.vocab_size, 10);
+        const std::vector<token_t> other = random_tokens(4, m.config.vocab_size, 11);
+        model.reset();
+        model.forward(std::span(tokens).first(20));
+        model.forward(draft);
+        CHECK(model.cached() == 25);
+        model.rollback(20);
+        CHECK(model.cached() == 20);
+        const LogitsView after = model.forward(other);
+        const std::vector<float> after_rows(after.data, after.data + after.rows * after.vocab);
+        std::vector<token_t> fresh_tokens(tokens.begin(), tokens.begin() + 20);
+        fresh_tokens.insert(fresh_tokens.end(), other.begin(), other.end());
+        Transformer fresh(m.config, m.weights, {.threads = 1, .kv_type = kv});  // also: other thread count
+        const LogitsView f = fresh.forward(fresh_tokens);
+        CHECK(std::memcmp(after_rows.data(), f.data + 20 * f.vocab, after_rows.size() * sizeof(float)) == 0);
+        // and the fresh single-thread prefix equals the 2-thread single-token rows
+        CHECK(std::memcmp(f.data, single.data(), 20 * f.vocab * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("every instruction set gives the same logits for F32, F16 and Q8_0 weights", "[cpu][invariants]") {
+  for (DType dtype : {DType::f32, DType::f16, DType::q8_0}) {
+    const test::RandomModel m = test::make_random_model(test::small_qwen(), dtype, 5);
+    const std::vector<token_t> tokens = random_tokens(12, m.config.vocab_size, 6);
+    std::vector<float> first;
+    for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::amx}) {
+      if (!cpu::isa_supported(isa)) continue;
+      const IsaOverride use(isa);
+      Transformer model(m.config, m.weights, {.threads = 1});
+      const LogitsView l = model.forward(tokens);
+      const std::vector<float> rows(l.data, l.data + l.rows * l.vocab);
+      INFO(dtype_name(dtype) << " on " << cpu::isa_name(isa));
+      if (first.empty())
+        first = rows;
+      else
+        CHECK(rows_equal(rows, first));
+    }
+  }
+}
+
+TEST_CASE("f16 KV cache stays close to f32", "[cpu][invariants]") {
+  const test::RandomModel m = test::make_random_model(test::small_llama(), DType::f32, 3);
+  const std::vector<token_t> tokens = random_tokens(30, m.config.vocab_size, 4);
+  Transformer a(m.config, m.weights, {.threads = 1, .kv_type = cpu::KvType::f32});
+  Transformer b(m.config, m.weights, {.threads = 1, .kv_type = cpu::KvType::f16});
+  const LogitsView la = a.forward(tokens);
+  const LogitsView lb = b.forward(tokens);
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < la.rows * la.vocab; ++i) {
+    worst = std::max(worst, static_cast<double>(std::fabs(la.data[i] - lb.data[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(la.data[i])));
+  }
+  CHECK(worst <= 1e-2 * scale);  // f16 keeps 11 significant bits
+  CHECK(b.kv_cache_bytes() * 2 == a.kv_cache_bytes());
+}
+
+TEST_CASE("interface errors leave the cache unchanged", "[cpu][invariants]") {
+  const test::RandomModel m = test::make_random_model(test::small_llama(), DType::f32, 1);
+  Transformer model(m.config, m.weights, {.threads = 1, .context_length = 8});
+  CHECK(model.context_length() == 8);
+  CHECK(model.vocab_size() == m.config.vocab_size);
+  const std::vector<token_t> four = {1, 2, 3, 4};
+  model.forward(four);
+  CHECK_THROWS_AS(model.forward({}), Error);
+  const std::vector<token_t> bad = {1, static_cast<token_t>(m.config.vocab_size)};
+  CHECK_THROWS_WITH(model.forward(bad), Catch::Contains("outside the vocabulary"));
+  const std::vector<token_t> negative = {-1};
+  CHECK_THROWS_AS(model.forward(negative), Error);
+  const std::vector<token_t> five = {1, 2, 3, 4, 5};
+  CHECK_THROWS_WITH(model.forward(five), Catch::Contains("context length"));
+  CHECK(model.cached() == 4);
+  CHECK_THROWS_AS(model.rollback(5), Error);
+  model.rollback(0);
+  CHECK(model.cached() == 0);
+  CHECK(model.forward(std::span(five).first(4)).rows == 4);  // positions 0..3 again, then 4 more fit
+  CHECK(model.forward(four).rows == 4);
+  CHECK(model.cached() == 8);
+}
+
+TEST_CASE("missing or mis-shaped tensors are reported by name", "[cpu][invariants]") {
+  test::RandomModel m = test::make_random_model(test::small_llama(), DType::f32, 1);
+  ModelConfig wrong = m.config;
+  wrong.ffn_dim = 128;
+  CHECK_THROWS_WITH(Transformer(wrong, m.weights), Catch::Contains("blk.0.ffn_gate.weight"));
+  ModelConfig more_layers = m.config;
+  more_layers.n_layers = 3;
+  CHECK_THROWS_WITH(Transformer(more_layers, m.weights), Catch::Contains("blk.2."));
+  ModelConfig with_bias = m.config;
+  with_bias.qkv_bias = true;
+  CHECK_THROWS_WITH(Transformer(with_bias, m.weights), Catch::Contains("attn_q.bias"));
+}

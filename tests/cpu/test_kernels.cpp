@@ -1,0 +1,265 @@
+// CPU kernels: conversions, the exp, and every instruction-set path of the matrix product and of
+// attention against the portable reference order (bit for bit) and against double-precision
+// Eigen references (within the error the reduction order allows).
+#include <Eigen/Dense>
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "random_model.hpp"
+#include "specdec/cpu/kernels.hpp"
+#include "specdec_test.hpp"
+
+namespace {
+
+using namespace specdec;
+using cpu::Isa;
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::amx})
+    if (cpu::isa_supported(isa)) out.push_back(isa);
+  return out;
+}
+
+std::vector<float> normal_floats(std::size_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+/// A weight matrix in `dtype` with its own storage.
+struct TestMatrix {
+  std::vector<std::byte> bytes;
+  cpu::MatrixRef ref;
+  std::vector<float> dequantized;  // [rows][cols], the values the kernels see
+};
+
+TestMatrix make_matrix(DType dtype, std::size_t rows, std::size_t cols, unsigned seed) {
+  TestMatrix m;
+  m.bytes = test::encode(normal_floats(rows * cols, seed, 0.5f), dtype);
+  m.ref = cpu::MatrixRef::of(Tensor{"w", dtype, {rows, cols}, m.bytes.data(), m.bytes.size()});
+  m.dequantized.resize(rows * cols);
+  for (std::size_t r = 0; r < rows; ++r) cpu::dequantize_row(m.ref, r, m.dequantized.data() + r * cols);
+  return m;
+}
+
+std::vector<float> run_matmul(Isa isa, const TestMatrix& m, const std::vector<float>& x, std::size_t n,
+                              std::size_t row_begin = 0, std::size_t row_end = 0) {
+  if (row_end == 0) row_end = m.ref.rows;
+  cpu::PackedInput packed;
+  packed.pack(isa, m.ref.dtype, x.data(), n, m.ref.cols, m.ref.cols);
+  std::vector<float> y(n * m.ref.rows, std::numeric_limits<float>::quiet_NaN());
+  cpu::matmul(isa, m.ref, packed, row_begin, row_end, y.data(), m.ref.rows);
+  return y;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// The values the activations become for (isa, dtype): bf16-rounded on AMX, Q8_0-quantised for
+/// Q8_0 weights (dequantised back), else unchanged.
+std::vector<float> effective_activations(Isa isa, DType dtype, const std::vector<float>& x, std::size_t cols) {
+  std::vector<float> out = x;
+  if (cpu::input_format(isa, dtype, cols) == cpu::InputFormat::bf16_tiles) {
+    for (auto& v : out) v = cpu::bf16_to_f32(cpu::f32_to_bf16(v));
+  } else if (dtype == DType::q8_0) {
+    const std::size_t n = x.size() / cols;
+    std::vector<std::byte> q(cols / 32 * 34);
+    for (std::size_t t = 0; t < n; ++t) {
+      cpu::quantize_row_q8_0(x.data() + t * cols, q.data(), cols);
+      const cpu::MatrixRef row{DType::q8_0, q.data(), 1, cols, q.size()};
+      cpu::dequantize_row(row, 0, out.data() + t * cols);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("f16 and bf16 conversions round to nearest even like the hardware", "[cpu][kernels]") {
+  // Every f16 value converts to f32 exactly and back unchanged (NaNs stay NaN).
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const float f = cpu::f16_to_f32(static_cast<std::uint16_t>(h));
+    if (std::isnan(f)) {
+      CHECK(std::isnan(cpu::f16_to_f32(cpu::f32_to_f16(f))));
+      continue;
+    }
+    REQUIRE(cpu::f32_to_f16(f) == h);
+  }
+  // Known roundings: 1 + 2^-11 is halfway between 1 and 1 + 2^-10 (ties to even: 1);
+  // 65520 rounds to infinity; 2^-25 (half the smallest subnormal) ties to 0, 3 * 2^-26 up.
+  CHECK(cpu::f32_to_f16(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);
+  CHECK(cpu::f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);
+  CHECK(cpu::f32_to_f16(65520.0f) == 0x7c00);
+  CHECK(cpu::f32_to_f16(65519.0f) == 0x7bff);
+  CHECK(cpu::f32_to_f16(std::ldexp(1.0f, -25)) == 0x0000);
+  CHECK(cpu::f32_to_f16(3 * std::ldexp(1.0f, -26)) == 0x0001);
+  CHECK(cpu::f32_to_f16(-2.0f) == 0xc000);
+  CHECK(cpu::f32_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);       // tie to even
+  CHECK(cpu::f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);   // tie to even (up)
+  CHECK(cpu::bf16_to_f32(0xc040) == -3.0f);
+
+  // The F16C path (KV cache) agrees with the portable one on random and special values.
+  std::vector<float> values = normal_floats(4096, 7, 1000.0f);
+  for (float v : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, -6.1e-5f, std::numeric_limits<float>::infinity()})
+    values.push_back(v);
+  for (Isa isa : supported_isas()) {
+    std::vector<std::uint16_t> a(values.size()), b(values.size());
+    cpu::f32_to_f16_row(isa, values.data(), a.data(), values.size());
+    cpu::f32_to_f16_row(Isa::portable, values.data(), b.data(), values.size());
+    CHECK(a == b);
+  }
+}
+
+TEST_CASE("exp_f32 is within 2 ulp and every Isa's SwiGLU agrees bitwise", "[cpu][kernels]") {
+  std::vector<float> xs;
+  for (float x = -87.0f; x <= 88.0f; x += 0.0137f) xs.push_back(x);
+  for (float x : xs) {
+    const double exact = std::exp(static_cast<double>(x));
+    const float got = cpu::exp_f32(x);
+    const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(exact)) - 23);
+    REQUIRE(std::fabs(got - exact) <= 2 * ulp);
+  }
+  CHECK(cpu::exp_f32(-100.0f) == 0.0f);
+  CHECK(cpu::exp_f32(0.0f) == 1.0f);
+  CHECK(std::isfinite(cpu::exp_f32(1000.0f)));
+  CHECK(std::isnan(cpu::exp_f32(std::numeric_limits<float>::quiet_NaN())));
+
+  const std::vector<float> gate = normal_floats(1001, 3, 4.0f), up = normal_floats(1001, 4);
+  std::vector<float> reference(gate.size());
+  cpu::swiglu(Isa::portable, gate.data(), up.data(), reference.data(), gate.size());
+  for (std::size_t i = 0; i < gate.size(); ++i) {
+    const double silu = gate[i] / (1.0 + std::exp(-static_cast<double>(gate[i])));
+    REQUIRE(std::fabs(reference[i] - silu * up[i]) <= 1e-6 * (1 + std::fabs(silu * up[i])));
+  }
+  for (Isa isa : supported_isas()) {
+    std::vector<float> out(gate.size());
+    cpu::swiglu(isa, gate.data(), up.data(), out.data(), gate.size());
+    INFO(cpu::isa_name(isa));
+    CHECK(bitwise_equal(out, reference));
+    CHECK(cpu::sum_squares(isa, gate.data(), gate.size()) == cpu::sum_squares(Isa::portable, gate.data(), gate.size()));
+  }
+}
+
+TEST_CASE("matmul: every Isa and dtype, tails, token counts", "[cpu][kernels]") {
+  // Shapes: rows not a multiple of 16 or 32, columns with a tail after the last 16 (fma paths).
+  struct Shape {
+    std::size_t rows, cols;
+  };
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::q8_0}) {
+    for (Shape shape : {Shape{37, 64}, Shape{70, 96}, Shape{48, 53}}) {
+      if (dtype == DType::q8_0 && shape.cols % 32 != 0) continue;
+      const TestMatrix m = make_matrix(dtype, shape.rows, shape.cols, 11);
+      for (std::size_t n : {1, 2, 3, 5, 8, 16, 17, 35}) {
+        const std::vector<float> x = normal_floats(n * shape.cols, static_cast<unsigned>(100 + n));
+        const std::vector<float> portable = run_matmul(Isa::portable, m, x, n);
+        for (Isa isa : supported_isas()) {
+          INFO(dtype_name(dtype) << " [" << shape.rows << ", " << shape.cols << "] n=" << n << " " << cpu::isa_name(isa));
+          const std::vector<float> y = run_matmul(isa, m, x, n);
+
+          // Against a double-precision product of the values the kernel multiplies.
+          const std::vector<float> xe = effective_activations(isa, dtype, x, shape.cols);
+          using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+          const Matrix W = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+                               m.dequantized.data(), shape.rows, shape.cols).cast<double>();
+          const Matrix X = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+                               xe.data(), n, shape.cols).cast<double>();
+          const Matrix Y = X * W.transpose();
+          const Matrix absY = X.cwiseAbs() * W.cwiseAbs().transpose();
+          for (std::size_t t = 0; t < n; ++t)
+            for (std::size_t r = 0; r < shape.rows; ++r) {
+              // float accumulation error bound, generous: cols * eps * sum |w x|
+              const double bound = 2e-7 * static_cast<double>(shape.cols) * absY(t, r) + 1e-30;
+              REQUIRE(std::fabs(y[t * shape.rows + r] - Y(t, r)) <= bound);
+            }
+
+          // Bitwise equal to the portable order, except BF16 on AMX (bf16 activations).
+          if (cpu::input_format(isa, dtype, shape.cols) != cpu::InputFormat::bf16_tiles)
+            CHECK(bitwise_equal(y, portable));
+
+          // Batch invariance and row-range invariance: each token alone, rows in two ranges.
+          std::vector<float> pieced(n * shape.rows);
+          for (std::size_t t = 0; t < n; ++t) {
+            const std::vector<float> xt(x.begin() + t * shape.cols, x.begin() + (t + 1) * shape.cols);
+            const std::size_t split = 32 * ((t % 2) + 0);
+            cpu::PackedInput packed;
+            packed.pack(isa, dtype, xt.data(), 1, shape.cols, shape.cols);
+            std::vector<float> row(shape.rows);
+            cpu::matmul(isa, m.ref, packed, 0, std::min(split, shape.rows), row.data(), shape.rows);
+            cpu::matmul(isa, m.ref, packed, std::min(split, shape.rows), shape.rows, row.data(), shape.rows);
+            std::copy(row.begin(), row.end(), pieced.begin() + t * shape.rows);
+          }
+          CHECK(bitwise_equal(pieced, y));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: every Isa bitwise equal to portable and close to a double reference", "[cpu][kernels]") {
+  for (bool f16 : {false, true}) {
+    for (std::size_t head_dim : {16, 24, 64, 80}) {
+      for (std::size_t count : {1, 7, 16, 33}) {
+        const std::size_t stride = head_dim + 8;  // rows further apart than one head, like a cache
+        const std::vector<float> q = normal_floats(head_dim, 1), kf = normal_floats(count * stride, 2),
+                                 vf = normal_floats(count * stride, 3);
+        std::vector<std::uint16_t> k16(kf.size()), v16(vf.size());
+        cpu::f32_to_f16_row(Isa::portable, kf.data(), k16.data(), kf.size());
+        cpu::f32_to_f16_row(Isa::portable, vf.data(), v16.data(), vf.size());
+        auto run = [&](Isa isa) {
+          std::vector<float> scores(count), out(head_dim);
+          cpu::AttentionArgs a;
+          a.q = q.data();
+          a.k = f16 ? static_cast<const void*>(k16.data()) : kf.data();
+          a.v = f16 ? static_cast<const void*>(v16.data()) : vf.data();
+          a.kv_f16 = f16;
+          a.count = count;
+          a.head_dim = head_dim;
+          a.row_stride = stride;
+          a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+          a.scores = scores.data();
+          a.out = out.data();
+          cpu::attend(isa, a);
+          return out;
+        };
+        const std::vector<float> reference = run(Isa::portable);
+        // double-precision softmax attention over the same (possibly f16-rounded) values
+        std::vector<double> s(count), expected(head_dim, 0.0);
+        auto kval = [&](std::size_t i) { return f16 ? cpu::f16_to_f32(k16[i]) : kf[i]; };
+        auto vval = [&](std::size_t i) { return f16 ? cpu::f16_to_f32(v16[i]) : vf[i]; };
+        double max = -1e300, sum = 0;
+        for (std::size_t j = 0; j < count; ++j) {
+          for (std::size_t d = 0; d < head_dim; ++d) s[j] += static_cast<double>(q[d]) * kval(j * stride + d);
+          s[j] /= std::sqrt(static_cast<double>(head_dim));
+          max = std::max(max, s[j]);
+        }
+        for (std::size_t j = 0; j < count; ++j) sum += s[j] = std::exp(s[j] - max);
+        for (std::size_t j = 0; j < count; ++j)
+          for (std::size_t d = 0; d < head_dim; ++d) expected[d] += s[j] / sum * vval(j * stride + d);
+        INFO("f16 " << f16 << " head_dim " << head_dim << " count " << count);
+        for (std::size_t d = 0; d < head_dim; ++d) REQUIRE(std::fabs(reference[d] - expected[d]) <= 1e-5);
+        for (Isa isa : supported_isas()) {
+          INFO(cpu::isa_name(isa));
+          CHECK(bitwise_equal(run(isa), reference));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("MatrixRef rejects unsupported tensors with their name", "[cpu][kernels]") {
+  std::vector<std::byte> bytes(64 * 34);
+  CHECK_THROWS_WITH(cpu::MatrixRef::of(Tensor{"blk.0.ffn_up.weight", DType::q4_k, {1, 256}, bytes.data(), 144}),
+                    Catch::Contains("blk.0.ffn_up.weight") && Catch::Contains("not supported"));
+  CHECK_THROWS_WITH(cpu::MatrixRef::of(Tensor{"w", DType::q8_0, {2, 48}, bytes.data(), bytes.size()}),
+                    Catch::Contains("whole blocks"));
+  CHECK_THROWS_WITH(cpu::MatrixRef::of(Tensor{"w", DType::f32, {4, 64}, bytes.data(), 100}), Catch::Contains("bytes"));
+}

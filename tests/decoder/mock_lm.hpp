@@ -1,0 +1,135 @@
+#pragma once
+// Test doubles for the decoders: a CausalLM whose logits are a function of the tokens in its
+// cache (so any bookkeeping mistake changes what it returns) and which records every call, and a
+// tiny tokenizer whose tokens are fixed strings.
+
+#include <cstddef>
+#include <functional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "specdec/common.hpp"
+#include "specdec/model/causal_lm.hpp"
+#include "specdec/model/tokenizer.hpp"
+
+namespace specdec::test {
+
+/// A CausalLM with a fake KV cache: `cache` holds the tokens consumed so far, and the logits row
+/// of a position is next_logits(cache up to and including that position). Every forward and
+/// rollback is recorded in `calls`. Misuse (empty forward, context overflow, rollback beyond the
+/// cache) throws, as a real backend does.
+class MockLM {
+ public:
+  using LogitsFn = std::function<std::vector<float>(std::span<const token_t> prefix)>;
+
+  struct Call {
+    enum Kind { forward, rollback } kind;
+    std::vector<token_t> tokens;  ///< forward: the tokens fed
+    std::size_t n = 0;            ///< rollback: the positions kept
+    std::size_t cached_before = 0;
+    bool operator==(const Call&) const = default;
+  };
+
+  MockLM(std::size_t vocab, std::size_t context, LogitsFn next_logits)
+      : vocab_(vocab), context_(context), next_logits_(std::move(next_logits)) {}
+
+  [[nodiscard]] std::size_t vocab_size() const { return vocab_; }
+  [[nodiscard]] std::size_t context_length() const { return context_; }
+  [[nodiscard]] std::size_t cached() const { return cache.size(); }
+
+  LogitsView forward(std::span<const token_t> tokens) {
+    if (tokens.empty()) throw Error("MockLM: forward of no tokens");
+    if (cache.size() + tokens.size() > context_)
+      throw Error("MockLM: context overflow (" + std::to_string(cache.size()) + " + " +
+                  std::to_string(tokens.size()) + " > " + std::to_string(context_) + ")");
+    calls.push_back({Call::forward, {tokens.begin(), tokens.end()}, 0, cache.size()});
+    logits_.clear();
+    for (const token_t t : tokens) {
+      if (t < 0 || static_cast<std::size_t>(t) >= vocab_) throw Error("MockLM: token out of range");
+      cache.push_back(t);
+      const std::vector<float> row = next_logits_(cache);
+      if (row.size() != vocab_) throw Error("MockLM: the logits function returned a bad row");
+      logits_.insert(logits_.end(), row.begin(), row.end());
+    }
+    ++forwards;
+    return LogitsView{logits_.data(), tokens.size(), vocab_, where};
+  }
+
+  void rollback(std::size_t n) {
+    if (n > cache.size()) throw Error("MockLM: rollback beyond the cache");
+    calls.push_back({Call::rollback, {}, n, cache.size()});
+    cache.resize(n);
+  }
+
+  std::vector<token_t> cache;  ///< tokens consumed (the fake KV cache)
+  std::vector<Call> calls;
+  std::size_t forwards = 0;
+  Memory where = Memory::host;  ///< set to device to test the refusal
+
+ private:
+  std::size_t vocab_;
+  std::size_t context_;
+  LogitsFn next_logits_;
+  std::vector<float> logits_;
+};
+
+static_assert(CausalLM<MockLM>);
+
+/// How Catch2 prints a call when a call log differs: "fwd[cached 2](3 4)" or "rb[cached 6](5)".
+inline std::ostream& operator<<(std::ostream& os, const MockLM::Call& c) {
+  if (c.kind == MockLM::Call::rollback)
+    return os << "rb[cached " << c.cached_before << "](" << c.n << ")";
+  os << "fwd[cached " << c.cached_before << "](";
+  for (std::size_t i = 0; i < c.tokens.size(); ++i) os << (i ? " " : "") << c.tokens[i];
+  return os << ")";
+}
+
+inline MockLM::Call fwd(std::vector<token_t> tokens, std::size_t cached_before) {
+  return {MockLM::Call::forward, std::move(tokens), 0, cached_before};
+}
+inline MockLM::Call rb(std::size_t n, std::size_t cached_before) {
+  return {MockLM::Call::rollback, {}, n, cached_before};
+}
+
+/// Logits that make `next` the argmax (greedy scripts): 0 everywhere, 1 at `next`.
+inline std::vector<float> one_hot_logits(std::size_t vocab, token_t next) {
+  std::vector<float> row(vocab, 0.0f);
+  row[static_cast<std::size_t>(next)] = 1.0f;
+  return row;
+}
+
+/// A tokenizer whose token i is the string pieces[i]; no special tokens except an optional EOS
+/// (which decodes to nothing).
+class MockTokenizer final : public Tokenizer {
+ public:
+  explicit MockTokenizer(std::vector<std::string> pieces, token_t eos = -1)
+      : pieces_(std::move(pieces)), eos_(eos) {}
+
+  [[nodiscard]] std::vector<token_t> encode(std::string_view, bool) const override {
+    throw Error("MockTokenizer: encode is not implemented");
+  }
+  [[nodiscard]] std::string token_bytes(token_t id) const override {
+    return id == eos_ ? std::string() : pieces_.at(static_cast<std::size_t>(id));
+  }
+  [[nodiscard]] std::string_view token_piece(token_t id) const override {
+    return pieces_.at(static_cast<std::size_t>(id));
+  }
+  void decode_step(DecodeState& state, token_t id, std::string& out) const override {
+    out += token_bytes(id);
+    state.at_start = false;
+  }
+  void decode_finish(DecodeState&, std::string&) const override {}
+  [[nodiscard]] std::size_t vocab_size() const override { return pieces_.size(); }
+  [[nodiscard]] token_t bos() const override { return -1; }
+  [[nodiscard]] token_t eos() const override { return eos_; }
+  [[nodiscard]] std::string summary() const override { return "mock"; }
+
+ private:
+  std::vector<std::string> pieces_;
+  token_t eos_;
+};
+
+}  // namespace specdec::test

@@ -1,0 +1,304 @@
+// The law of the first three emitted tokens of SpeculativeDecoder, over many seeds, equals the
+// law of target-only sampling with the same processing — exactly computed here by enumerating
+// the target's processed distributions over the 4^3 continuations of a tiny vocabulary.
+//
+// Test: Pearson's chi-square goodness of fit over the continuations with nonzero probability,
+// at significance 1e-3 per configuration (with 19 configurations, a correct implementation fails
+// one of them with probability below 2% for a random set of seeds; the seeds here are fixed, so
+// the test is deterministic). A continuation of probability 0 must never appear at all. The
+// seeds are 0 .. kSeeds-1; each run uses the decoder's own Philox streams for that seed.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mock_lm.hpp"
+#include "specdec/decoder/autoregressive.hpp"
+#include "specdec/decoder/speculative.hpp"
+#include "specdec/sampling/process.hpp"
+#include "specdec_test.hpp"
+
+using specdec::GenerationConfig;
+using specdec::SpeculativeOptions;
+using specdec::token_t;
+using specdec::sampling::SamplingParams;
+using specdec::test::MockLM;
+
+namespace {
+
+constexpr std::size_t kVocab = 4;
+constexpr std::size_t kDepth = 3;  // tokens of each run whose joint law is tested
+constexpr std::size_t kCells = kVocab * kVocab * kVocab;
+constexpr std::uint64_t kSeeds = 30000;
+constexpr double kSignificance = 1e-3;
+
+// ------------------------------------------------------------------ chi-square tail probability
+
+/// Regularised upper incomplete gamma Q(a, x) (series for x < a + 1, continued fraction
+/// otherwise; Numerical Recipes, 3rd ed., section 6.2).
+double gamma_q(double a, double x) {
+  if (x <= 0) return 1.0;
+  const double log_prefactor = -x + a * std::log(x) - std::lgamma(a);
+  if (x < a + 1) {
+    double term = 1.0 / a;
+    double sum = term;
+    for (int n = 1; n < 1000 && std::abs(term) > std::abs(sum) * 1e-15; ++n) {
+      term *= x / (a + n);
+      sum += term;
+    }
+    return 1.0 - sum * std::exp(log_prefactor);
+  }
+  // Lentz's method for the continued fraction.
+  const double tiny = 1e-300;
+  double b = x + 1 - a;
+  double c = 1 / tiny;
+  double d = 1 / b;
+  double h = d;
+  for (int i = 1; i < 1000; ++i) {
+    const double an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (std::abs(d) < tiny) d = tiny;
+    c = b + an / c;
+    if (std::abs(c) < tiny) c = tiny;
+    d = 1 / d;
+    const double delta = d * c;
+    h *= delta;
+    if (std::abs(delta - 1) < 1e-15) break;
+  }
+  return std::exp(log_prefactor) * h;
+}
+
+/// P(X >= statistic) for X chi-square with `dof` degrees of freedom.
+double chi_square_tail(double statistic, std::size_t dof) {
+  return gamma_q(static_cast<double>(dof) / 2, statistic / 2);
+}
+
+// ------------------------------------------------------------------ toy models
+
+/// Logits of an order-2 Markov model with a position dependency: row (last, before-last,
+/// position parity) of a table of random logits. Some entries are very negative so that the
+/// filters (top-k, top-p, min-p) cut tokens, and so that p and q differ strongly in places.
+struct ToyModel {
+  std::vector<float> table;  // [V (last) x V (before last) x 2 (parity) x V]
+
+  explicit ToyModel(std::uint32_t seed) : table(kVocab * kVocab * 2 * kVocab) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(-1.5f, 1.5f);
+    for (auto& x : table) x = dist(gen);
+  }
+
+  [[nodiscard]] std::vector<float> logits(std::span<const token_t> prefix) const {
+    const auto last = static_cast<std::size_t>(prefix.back());
+    const auto before = prefix.size() > 1 ? static_cast<std::size_t>(prefix[prefix.size() - 2]) : 0;
+    const std::size_t offset = ((last * kVocab + before) * 2 + prefix.size() % 2) * kVocab;
+    return {table.begin() + static_cast<std::ptrdiff_t>(offset),
+            table.begin() + static_cast<std::ptrdiff_t>(offset + kVocab)};
+  }
+
+  [[nodiscard]] MockLM lm(std::size_t context = 64) const {
+    return MockLM(kVocab, context,
+                  [this](std::span<const token_t> prefix) { return logits(prefix); });
+  }
+};
+
+/// The exact law of the first kDepth tokens of target-only sampling after `prompt`.
+std::array<double, kCells> exact_law(const ToyModel& target, const std::vector<token_t>& prompt,
+                                     const SamplingParams& params) {
+  std::array<double, kCells> law{};
+  for (std::size_t cell = 0; cell < kCells; ++cell) {
+    std::vector<token_t> seq = prompt;
+    double prob = 1;
+    std::size_t rest = cell;
+    for (std::size_t i = 0; i < kDepth; ++i) {
+      const auto t = static_cast<token_t>(rest % kVocab);
+      rest /= kVocab;
+      const auto probs = specdec::sampling::process_logits<double>(target.logits(seq), params);
+      prob *= probs[static_cast<std::size_t>(t)];
+      seq.push_back(t);
+    }
+    law[cell] = prob;
+  }
+  return law;
+}
+
+std::size_t cell_of(const std::vector<token_t>& tokens) {
+  std::size_t cell = 0;
+  for (std::size_t i = kDepth; i-- > 0;) cell = cell * kVocab + static_cast<std::size_t>(tokens[i]);
+  return cell;
+}
+
+/// Runs `generate(seed)` for every seed and checks its first kDepth tokens against `law`.
+template <class Generate>
+void check_law(const std::array<double, kCells>& law, Generate&& generate) {
+  std::array<std::uint64_t, kCells> counts{};
+  for (std::uint64_t seed = 0; seed < kSeeds; ++seed) {
+    const std::vector<token_t> tokens = generate(seed);
+    REQUIRE(tokens.size() == kDepth);
+    ++counts[cell_of(tokens)];
+  }
+  double statistic = 0;
+  std::size_t cells = 0;
+  for (std::size_t c = 0; c < kCells; ++c) {
+    if (law[c] == 0) {
+      INFO("continuation " << c << " has probability 0");
+      CHECK(counts[c] == 0);
+      continue;
+    }
+    const double expected = law[c] * static_cast<double>(kSeeds);
+    statistic += (static_cast<double>(counts[c]) - expected) *
+                 (static_cast<double>(counts[c]) - expected) / expected;
+    ++cells;
+  }
+  const double p_value = chi_square_tail(statistic, cells - 1);
+  INFO("chi-square " << statistic << " with " << cells - 1
+                     << " degrees of freedom, p = " << p_value);
+  CHECK(p_value > kSignificance);
+}
+
+GenerationConfig sampling_config(const SamplingParams& params, std::uint64_t seed) {
+  GenerationConfig cfg;
+  cfg.max_new_tokens = kDepth;
+  cfg.sampling = params;
+  cfg.seed = seed;
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("chi-square tail probabilities match the tables", "[decoder]") {
+  // Critical values from standard chi-square tables (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.4).
+  CHECK(chi_square_tail(18.307, 10) == Approx(0.05).epsilon(1e-3));
+  CHECK(chi_square_tail(3.841, 1) == Approx(0.05).epsilon(1e-3));
+  CHECK(chi_square_tail(29.588, 10) == Approx(0.001).epsilon(1e-3));
+  CHECK(chi_square_tail(124.342, 100) == Approx(0.05).epsilon(1e-3));
+  CHECK(chi_square_tail(149.449, 100) == Approx(0.001).epsilon(1e-3));
+}
+
+TEST_CASE("speculative sampling has the target's law (first 3 tokens, V = 4)", "[decoder]") {
+  const ToyModel target_model(11);
+  const ToyModel draft_model(12);
+  const std::vector<token_t> prompt{0, 1, 2, 0, 1};  // repeats: the n-gram drafter finds matches
+
+  struct Setting {
+    const char* name;
+    SamplingParams params;
+  };
+  const std::vector<Setting> settings{
+      {"temperature 1", SamplingParams{}},
+      {"temperature 0.6, top-k 3", SamplingParams{0.6f, 3, 1.0f, 0.0f}},
+      {"temperature 1.3, top-p 0.7", SamplingParams{1.3f, 0, 0.7f, 0.0f}},
+      {"min-p 0.3", SamplingParams{1.0f, 0, 1.0f, 0.3f}},
+  };
+  for (const auto& setting : settings) {
+    const auto law = exact_law(target_model, prompt, setting.params);
+
+    SECTION(std::string("target-only sampling, ") + setting.name) {
+      check_law(law, [&](std::uint64_t seed) {
+        MockLM target = target_model.lm();
+        return specdec::AutoregressiveDecoder(target)
+            .generate(prompt, sampling_config(setting.params, seed))
+            .tokens;
+      });
+    }
+    for (const std::size_t k : {1, 2, 3}) {
+      SECTION(std::string("draft model, k = ") + std::to_string(k) + ", " + setting.name) {
+        check_law(law, [&](std::uint64_t seed) {
+          MockLM target = target_model.lm();
+          MockLM draft = draft_model.lm();
+          specdec::SpeculativeDecoder dec(draft, target, SpeculativeOptions{.k = k});
+          return dec.generate(prompt, sampling_config(setting.params, seed)).tokens;
+        });
+      }
+    }
+  }
+  const SamplingParams plain{};
+  const auto law = exact_law(target_model, prompt, plain);
+  SECTION("draft model, adaptive k") {
+    check_law(law, [&](std::uint64_t seed) {
+      MockLM target = target_model.lm();
+      MockLM draft = draft_model.lm();
+      SpeculativeOptions options{.adaptive = true};
+      options.adaptive_options.initial_k = 1;  // then k changes between the rounds
+      options.adaptive_options.max_k = 3;
+      specdec::SpeculativeDecoder dec(draft, target, options);
+      return dec.generate(prompt, sampling_config(plain, seed)).tokens;
+    });
+  }
+  SECTION("n-gram drafter (point-mass proposals)") {
+    check_law(law, [&](std::uint64_t seed) {
+      MockLM target = target_model.lm();
+      specdec::NGramDrafter ngram;
+      specdec::SpeculativeDecoder dec(ngram, target, SpeculativeOptions{.k = 3});
+      return dec.generate(prompt, sampling_config(plain, seed)).tokens;
+    });
+  }
+  SECTION("draft model near the target's context limit (k shrinks every round)") {
+    check_law(law, [&](std::uint64_t seed) {
+      MockLM target = target_model.lm(prompt.size() + kDepth);
+      MockLM draft = draft_model.lm();
+      specdec::SpeculativeDecoder dec(draft, target, SpeculativeOptions{.k = 3});
+      GenerationConfig cfg = sampling_config(plain, seed);
+      cfg.max_new_tokens = 100;
+      return dec.generate(prompt, cfg).tokens;
+    });
+  }
+}
+
+// Exactness alone does not pin down the verifier: accepting x ~ q with probability p(x) (the
+// point-mass rule) is exact too, only worse. With the right q, the first drafted token is
+// accepted with probability sum_x min(p(x), q(x)) (Leviathan et al., Theorem 3.5), and a
+// point-mass proposal x with probability p(x). Binomial test over the seeds, |z| < 4.5 (two-sided
+// significance 7e-6).
+TEST_CASE("the first drafted token is accepted with probability sum min(p, q)", "[decoder]") {
+  const ToyModel target_model(11);
+  const ToyModel draft_model(12);
+  const std::vector<token_t> prompt{0, 1, 2, 0, 1};
+  const SamplingParams params{0.8f, 3, 1.0f, 0.0f};
+  const auto p0 = specdec::sampling::process_logits<double>(target_model.logits(prompt), params);
+  const auto q0 = specdec::sampling::process_logits<double>(draft_model.logits(prompt), params);
+
+  auto check_rate = [&](double alpha, auto&& first_round_accepted) {
+    std::uint64_t accepted = 0;
+    for (std::uint64_t seed = 0; seed < kSeeds; ++seed) accepted += first_round_accepted(seed);
+    const double n = static_cast<double>(kSeeds);
+    const double z =
+        (static_cast<double>(accepted) - n * alpha) / std::sqrt(n * alpha * (1 - alpha));
+    INFO("accepted " << accepted << " of " << kSeeds << ", expected rate " << alpha
+                     << ", z = " << z);
+    CHECK(std::abs(z) < 4.5);
+  };
+
+  SECTION("draft model") {
+    double alpha = 0;
+    for (std::size_t x = 0; x < kVocab; ++x) alpha += std::min(p0[x], q0[x]);
+    check_rate(alpha, [&](std::uint64_t seed) {
+      MockLM target = target_model.lm();
+      MockLM draft = draft_model.lm();
+      specdec::SpeculativeDecoder dec(draft, target, SpeculativeOptions{.k = 1});
+      GenerationConfig cfg = sampling_config(params, seed);
+      cfg.record_rounds = true;
+      const auto r = dec.generate(prompt, cfg);
+      REQUIRE(r.rounds.at(0).drafted.size() == 1);
+      return r.rounds[0].accepted;
+    });
+  }
+  SECTION("n-gram drafter") {
+    // The suffix 0 1 occurred at the start, followed by 2: the proposal is 2.
+    check_rate(p0[2], [&](std::uint64_t seed) {
+      MockLM target = target_model.lm();
+      specdec::NGramDrafter ngram;
+      specdec::SpeculativeDecoder dec(ngram, target, SpeculativeOptions{.k = 1});
+      GenerationConfig cfg = sampling_config(params, seed);
+      cfg.record_rounds = true;
+      const auto r = dec.generate(prompt, cfg);
+      REQUIRE(r.rounds.at(0).drafted == std::vector<token_t>{2});
+      return r.rounds[0].accepted;
+    });
+  }
+}
