@@ -53,8 +53,8 @@ SPECDEC_DEVICE uint4 load_streaming(const uint4* p) {
 #if defined(__CUDA_ARCH__)
   uint4 v;
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
   return v;
 #else
   return *p;

@@ -23,7 +23,7 @@
 // third launch parameter, 16-byte aligned). The emulator fills it with 0xFF bytes (NaN) before
 // every block, so reading shared memory that no thread wrote shows up in the results.
 #if defined(__CUDACC__)
-#define SPECDEC_DYNAMIC_SHARED(T, name)                                       \
+#define SPECDEC_DYNAMIC_SHARED(T, name)                                    \
   extern __shared__ __align__(16) unsigned char specdec_dynamic_shared_[]; \
   T* name = reinterpret_cast<T*>(specdec_dynamic_shared_)
 #define SPECDEC_UNROLL _Pragma("unroll")

@@ -65,7 +65,8 @@ SPECDEC_DEVICE T shfl_xor(T v, int lane_mask, int width = kWarpSize) {
   return __shfl_xor_sync(kFullMask, v, lane_mask, width);
 }
 SPECDEC_DEVICE ArgMax shfl_up(ArgMax v, unsigned delta) {
-  return ArgMax{__shfl_up_sync(kFullMask, v.value, delta), __shfl_up_sync(kFullMask, v.index, delta)};
+  return ArgMax{__shfl_up_sync(kFullMask, v.value, delta),
+                __shfl_up_sync(kFullMask, v.index, delta)};
 }
 template <class T>
 SPECDEC_DEVICE T shfl_up(T v, unsigned delta) {

@@ -239,8 +239,8 @@ inline int __syncthreads_count(int predicate,
 }
 inline int __syncthreads_and(int predicate,
                              std::source_location site = std::source_location::current()) {
-  return static_cast<int>(::specdec::emu::detail::vote(
-      ::specdec::emu::detail::Op::syncthreads_and, 0, predicate != 0, site));
+  return static_cast<int>(::specdec::emu::detail::vote(::specdec::emu::detail::Op::syncthreads_and,
+                                                       0, predicate != 0, site));
 }
 inline int __syncthreads_or(int predicate,
                             std::source_location site = std::source_location::current()) {

@@ -80,7 +80,8 @@ FiberStack::FiberStack(std::size_t size) {
   const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   size_ = (size + page - 1) / page * page;
   mapping_size_ = size_ + page;
-  mapping_ = mmap(nullptr, mapping_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  mapping_ =
+      mmap(nullptr, mapping_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapping_ == MAP_FAILED) throw std::bad_alloc();
   // The guard page below the stack turns an overflow into a segmentation fault, not corruption.
   mprotect(mapping_, page, PROT_NONE);

@@ -11,8 +11,8 @@
 // Under AddressSanitizer every switch is announced with __sanitizer_{start,finish}_switch_fiber
 // so that ASan knows which stack is live.
 
-#include <cstddef>
 #include <ucontext.h>
+#include <cstddef>
 
 namespace specdec::emu::detail {
 
@@ -44,7 +44,8 @@ class FiberStack {
 };
 
 /// A saved execution context: a stack pointer (assembly switch) or a ucontext_t, which is large
-/// (~1 KB) and therefore kept outside, so that the scheduler's scans over its threads stay in cache.
+/// (~1 KB) and therefore kept outside, so that the scheduler's scans over its threads stay in
+/// cache.
 struct Context {
   void* sp = nullptr;
   ucontext_t* uc = nullptr;  ///< required for FiberKind::ucontext

@@ -46,7 +46,7 @@ struct Allocation {
 
 struct State {
   std::mutex mutex;
-  std::map<std::uintptr_t, Allocation> allocations;   // by base address
+  std::map<std::uintptr_t, Allocation> allocations;  // by base address
   std::set<CUstream_st*> streams;
   std::unordered_map<const void*, std::size_t> max_dynamic_shared;
 };
@@ -79,7 +79,8 @@ bool accessible(const void* p, std::size_t bytes) {
 
 bool any_capture() {
   auto& s = state();
-  return std::any_of(s.streams.begin(), s.streams.end(), [](CUstream_st* st) { return st->capturing; });
+  return std::any_of(s.streams.begin(), s.streams.end(),
+                     [](CUstream_st* st) { return st->capturing; });
 }
 
 void invalidate_captures() {
@@ -119,7 +120,8 @@ cudaError_t check_copy(void* dst, const void* src, std::size_t count, cudaMemcpy
     case cudaMemcpyDeviceToHost:
       return src_known && src_device ? cudaSuccess : cudaErrorInvalidValue;
     case cudaMemcpyDeviceToDevice:
-      return dst_known && dst_device && src_known && src_device ? cudaSuccess : cudaErrorInvalidValue;
+      return dst_known && dst_device && src_known && src_device ? cudaSuccess
+                                                                : cudaErrorInvalidValue;
     case cudaMemcpyHostToHost:
     case cudaMemcpyDefault:
       return cudaSuccess;
@@ -131,7 +133,7 @@ cudaError_t allocate(void** p, std::size_t bytes, bool device) {
   if (p == nullptr) return cudaErrorInvalidValue;
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
-  void* mem = ::operator new(bytes, std::align_val_t{kDeviceAlignment}, std::nothrow);
+  void* mem = ::operator new (bytes, std::align_val_t{kDeviceAlignment}, std::nothrow);
   if (mem == nullptr) return cudaErrorMemoryAllocation;
   std::memset(mem, 0xFF, bytes);  // uninitialised device memory reads as NaN / -1
   std::lock_guard lock(state().mutex);
@@ -145,10 +147,11 @@ cudaError_t release(void* p, bool device) {
   {
     std::lock_guard lock(state().mutex);
     auto it = state().allocations.find(reinterpret_cast<std::uintptr_t>(p));
-    if (it == state().allocations.end() || it->second.device != device) return cudaErrorInvalidValue;
+    if (it == state().allocations.end() || it->second.device != device)
+      return cudaErrorInvalidValue;
     state().allocations.erase(it);
   }
-  ::operator delete(p, std::align_val_t{kDeviceAlignment});
+  ::operator delete (p, std::align_val_t{kDeviceAlignment});
   return cudaSuccess;
 }
 
@@ -205,24 +208,28 @@ cudaError_t cudaFreeHost(void* p) { return record(specdec::emu::detail::release(
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
   if (auto e = specdec::emu::detail::check_not_capturing(); e != cudaSuccess) return record(e);
-  if (auto e = specdec::emu::detail::check_copy(dst, src, count, kind); e != cudaSuccess) return record(e);
+  if (auto e = specdec::emu::detail::check_copy(dst, src, count, kind); e != cudaSuccess)
+    return record(e);
   if (count > 0) std::memmove(dst, src, count);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
-  if (auto e = specdec::emu::detail::check_copy(dst, src, count, kind); e != cudaSuccess) return record(e);
+  if (auto e = specdec::emu::detail::check_copy(dst, src, count, kind); e != cudaSuccess)
+    return record(e);
   if (count == 0) return cudaSuccess;
   return record(specdec::emu::detail::enqueue(stream, [=] { std::memmove(dst, src, count); }));
 }
 cudaError_t cudaMemset(void* p, int value, size_t count) {
   if (auto e = specdec::emu::detail::check_not_capturing(); e != cudaSuccess) return record(e);
-  if (count > 0 && !specdec::emu::detail::accessible(p, count)) return record(cudaErrorInvalidValue);
+  if (count > 0 && !specdec::emu::detail::accessible(p, count))
+    return record(cudaErrorInvalidValue);
   if (count > 0) std::memset(p, value, count);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t stream) {
-  if (count > 0 && !specdec::emu::detail::accessible(p, count)) return record(cudaErrorInvalidValue);
+  if (count > 0 && !specdec::emu::detail::accessible(p, count))
+    return record(cudaErrorInvalidValue);
   if (count == 0) return cudaSuccess;
   return record(specdec::emu::detail::enqueue(stream, [=] { std::memset(p, value, count); }));
 }
@@ -263,7 +270,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode) {
   std::lock_guard lock(specdec::emu::detail::state().mutex);
   auto& streams = specdec::emu::detail::state().streams;
-  if (specdec::emu::detail::is_default_stream(stream)) return record(cudaErrorStreamCaptureUnsupported);
+  if (specdec::emu::detail::is_default_stream(stream))
+    return record(cudaErrorStreamCaptureUnsupported);
   if (streams.count(stream) == 0) return record(cudaErrorInvalidResourceHandle);
   if (stream->capturing) return record(cudaErrorIllegalState);
   stream->capturing = true;
@@ -293,7 +301,8 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
   *status = cudaStreamCaptureStatusNone;
   if (!specdec::emu::detail::is_default_stream(stream) &&
       specdec::emu::detail::state().streams.count(stream) != 0 && stream->capturing) {
-    *status = stream->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    *status =
+        stream->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
   }
   return cudaSuccess;
 }
@@ -327,34 +336,58 @@ cudaError_t cudaPeekAtLastError(void) { return specdec::emu::detail::tl_last_err
 
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorIllegalState: return "cudaErrorIllegalState";
-    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
-    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
-    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
-    default: return "cudaError (emulator: unnamed)";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidMemcpyDirection:
+      return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorIllegalState:
+      return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit:
+      return "cudaErrorStreamCaptureImplicit";
+    default:
+      return "cudaError (emulator: unnamed)";
   }
 }
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
-    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
-    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
-    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
-    default: return "unknown error (emulator)";
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidMemcpyDirection:
+      return "invalid copy direction for memcpy";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    default:
+      return "unknown error (emulator)";
   }
 }
 
@@ -368,18 +401,35 @@ cudaError_t cudaGetDevice(int* device) {
   *device = 0;
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : record(cudaErrorInvalidDevice); }
+cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : record(cudaErrorInvalidDevice);
+}
 cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
   if (value == nullptr || device != 0) return record(cudaErrorInvalidValue);
   switch (attr) {
-    case cudaDevAttrMultiProcessorCount: *value = specdec::emu::kMultiProcessors; break;
-    case cudaDevAttrWarpSize: *value = 32; break;
-    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
-    case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(specdec::emu::kDefaultDynamicShared); break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = static_cast<int>(specdec::emu::kMaxDynamicShared); break;
-    case cudaDevAttrComputeCapabilityMajor: *value = 8; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = 6; break;
-    default: return record(cudaErrorInvalidValue);
+    case cudaDevAttrMultiProcessorCount:
+      *value = specdec::emu::kMultiProcessors;
+      break;
+    case cudaDevAttrWarpSize:
+      *value = 32;
+      break;
+    case cudaDevAttrMaxThreadsPerBlock:
+      *value = 1024;
+      break;
+    case cudaDevAttrMaxSharedMemoryPerBlock:
+      *value = static_cast<int>(specdec::emu::kDefaultDynamicShared);
+      break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = static_cast<int>(specdec::emu::kMaxDynamicShared);
+      break;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 8;
+      break;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = 6;
+      break;
+    default:
+      return record(cudaErrorInvalidValue);
   }
   return cudaSuccess;
 }

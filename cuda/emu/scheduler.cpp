@@ -34,19 +34,32 @@ namespace detail {
 
 const char* op_name(Op op) noexcept {
   switch (op) {
-    case Op::none: return "(nothing)";
-    case Op::syncthreads: return "__syncthreads";
-    case Op::syncthreads_count: return "__syncthreads_count";
-    case Op::syncthreads_and: return "__syncthreads_and";
-    case Op::syncthreads_or: return "__syncthreads_or";
-    case Op::syncwarp: return "__syncwarp";
-    case Op::shfl_idx: return "__shfl_sync";
-    case Op::shfl_up: return "__shfl_up_sync";
-    case Op::shfl_down: return "__shfl_down_sync";
-    case Op::shfl_xor: return "__shfl_xor_sync";
-    case Op::ballot: return "__ballot_sync";
-    case Op::all: return "__all_sync";
-    case Op::any: return "__any_sync";
+    case Op::none:
+      return "(nothing)";
+    case Op::syncthreads:
+      return "__syncthreads";
+    case Op::syncthreads_count:
+      return "__syncthreads_count";
+    case Op::syncthreads_and:
+      return "__syncthreads_and";
+    case Op::syncthreads_or:
+      return "__syncthreads_or";
+    case Op::syncwarp:
+      return "__syncwarp";
+    case Op::shfl_idx:
+      return "__shfl_sync";
+    case Op::shfl_up:
+      return "__shfl_up_sync";
+    case Op::shfl_down:
+      return "__shfl_down_sync";
+    case Op::shfl_xor:
+      return "__shfl_xor_sync";
+    case Op::ballot:
+      return "__ballot_sync";
+    case Op::all:
+      return "__all_sync";
+    case Op::any:
+      return "__any_sync";
   }
   return "?";
 }
@@ -222,8 +235,7 @@ void Scheduler::start_sweep(Fiber& first) {
 // ------------------------------------------------------------------ launches and blocks
 
 void Scheduler::run(const Launch& launch) {
-  const std::size_t threads =
-      std::size_t{launch.block.x} * launch.block.y * launch.block.z;
+  const std::size_t threads = std::size_t{launch.block.x} * launch.block.y * launch.block.z;
   while (stacks_.size() < threads) stacks_.emplace_back(kStackBytes);
   if (fibers_.size() < threads) {
     fibers_.resize(threads);
@@ -258,9 +270,10 @@ void Scheduler::run(const Launch& launch) {
   const bool forward = order() == Order::forward;
   for (std::size_t k = 0; k < blocks; ++k) {
     const std::size_t b = forward ? k : blocks - 1 - k;
-    block_.block_idx = uint3{static_cast<unsigned>(b % launch.grid.x),
-                             static_cast<unsigned>(b / launch.grid.x % launch.grid.y),
-                             static_cast<unsigned>(b / (std::size_t{launch.grid.x} * launch.grid.y))};
+    block_.block_idx =
+        uint3{static_cast<unsigned>(b % launch.grid.x),
+              static_cast<unsigned>(b / launch.grid.x % launch.grid.y),
+              static_cast<unsigned>(b / (std::size_t{launch.grid.x} * launch.grid.y))};
     if (dynamic_shared) std::fill_n(dynamic_shared.get(), launch.dynamic_shared, 0xFF);
     ++stats.blocks;
     run_block(launch, threads);
@@ -273,9 +286,10 @@ void Scheduler::run_block(const Launch& launch, std::size_t threads) {
     f.thread.op = Op::none;
     f.thread.predicate = 0;
     f.thread.linear = static_cast<unsigned>(i);
-    f.thread.thread_idx = uint3{static_cast<unsigned>(i % launch.block.x),
-                                static_cast<unsigned>(i / launch.block.x % launch.block.y),
-                                static_cast<unsigned>(i / (std::size_t{launch.block.x} * launch.block.y))};
+    f.thread.thread_idx =
+        uint3{static_cast<unsigned>(i % launch.block.x),
+              static_cast<unsigned>(i / launch.block.x % launch.block.y),
+              static_cast<unsigned>(i / (std::size_t{launch.block.x} * launch.block.y))};
     f.state = Fiber::State::ready;
     f.asan_fake_stack = nullptr;
 #if defined(SPECDEC_EMU_ASAN)
@@ -335,7 +349,8 @@ bool Scheduler::complete_warp_collectives(std::size_t threads) {
         break;
       }
       const Fiber& g = fibers_[base + l];
-      complete = g.state == Fiber::State::waiting && g.thread.op == f.thread.op && g.thread.mask == mask;
+      complete =
+          g.state == Fiber::State::waiting && g.thread.op == f.thread.op && g.thread.mask == mask;
     }
     if (!complete) continue;
     compute_warp_collective(base, mask, f.thread.op);
@@ -356,10 +371,17 @@ void Scheduler::compute_warp_collective(std::size_t base, unsigned mask, Op op) 
     if (((mask >> l) & 1u) == 0) continue;
     Thread& t = fibers_[base + l].thread;
     switch (op) {
-      case Op::syncwarp: break;
-      case Op::ballot: t.result_word = votes; break;
-      case Op::all: t.result_word = votes == mask ? 1u : 0u; break;
-      case Op::any: t.result_word = votes != 0 ? 1u : 0u; break;
+      case Op::syncwarp:
+        break;
+      case Op::ballot:
+        t.result_word = votes;
+        break;
+      case Op::all:
+        t.result_word = votes == mask ? 1u : 0u;
+        break;
+      case Op::any:
+        t.result_word = votes != 0 ? 1u : 0u;
+        break;
       case Op::shfl_idx:
       case Op::shfl_up:
       case Op::shfl_down:
@@ -387,7 +409,8 @@ void Scheduler::compute_warp_collective(std::size_t base, unsigned mask, Op op) 
         std::memcpy(t.result, fibers_[base + src].thread.value, sizeof t.result);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
 }
@@ -414,10 +437,17 @@ bool Scheduler::complete_block_barrier(std::size_t threads) {
   for (std::size_t i = 0; i < threads; ++i) count += fibers_[i].thread.predicate != 0 ? 1u : 0u;
   unsigned result = 0;
   switch (first->thread.op) {
-    case Op::syncthreads_count: result = count; break;
-    case Op::syncthreads_and: result = count == threads ? 1u : 0u; break;
-    case Op::syncthreads_or: result = count > 0 ? 1u : 0u; break;
-    default: break;
+    case Op::syncthreads_count:
+      result = count;
+      break;
+    case Op::syncthreads_and:
+      result = count == threads ? 1u : 0u;
+      break;
+    case Op::syncthreads_or:
+      result = count > 0 ? 1u : 0u;
+      break;
+    default:
+      break;
   }
   for (std::size_t i = 0; i < threads; ++i) {
     fibers_[i].thread.result_word = result;
@@ -431,9 +461,9 @@ bool Scheduler::complete_block_barrier(std::size_t threads) {
 void Scheduler::fault(const std::string& what) const {
   const Launch& l = *launch_;
   throw Fault(fmt::format(
-      "CUDA emulator: {} [block ({},{},{}) of a launch with grid ({},{},{}), block ({},{},{})]", what,
-      block_.block_idx.x, block_.block_idx.y, block_.block_idx.z, l.grid.x, l.grid.y, l.grid.z,
-      l.block.x, l.block.y, l.block.z));
+      "CUDA emulator: {} [block ({},{},{}) of a launch with grid ({},{},{}), block ({},{},{})]",
+      what, block_.block_idx.x, block_.block_idx.y, block_.block_idx.z, l.grid.x, l.grid.y,
+      l.grid.z, l.block.x, l.block.y, l.block.z));
 }
 
 void Scheduler::diagnose(std::size_t threads) {
@@ -451,16 +481,17 @@ void Scheduler::diagnose(std::size_t threads) {
     for (unsigned l = 0; l < kWarp; ++l) {
       if (((f.thread.mask >> l) & 1u) == 0) continue;
       const std::size_t j = base + l;
-      const std::string head = fmt::format("{} at {} (thread {}, mask 0x{:08x})", op_name(f.thread.op),
-                                           where(f.thread.site), i, f.thread.mask);
+      const std::string head =
+          fmt::format("{} at {} (thread {}, mask 0x{:08x})", op_name(f.thread.op),
+                      where(f.thread.site), i, f.thread.mask);
       if (j >= threads) {
-        fault(fmt::format("{} names lane {}, which does not exist (the block has {} threads)", head, l,
-                          threads));
+        fault(fmt::format("{} names lane {}, which does not exist (the block has {} threads)", head,
+                          l, threads));
       }
       const Fiber& g = fibers_[j];
       if (g.state == Fiber::State::exited) {
-        fault(fmt::format("{} names lane {}, but {}: a shuffle with inactive lanes in its mask", head,
-                          l, describe(j)));
+        fault(fmt::format("{} names lane {}, but {}: a shuffle with inactive lanes in its mask",
+                          head, l, describe(j)));
       }
       if (g.thread.op != f.thread.op || g.thread.mask != f.thread.mask) {
         fault(fmt::format("{} can never complete: {}", head, describe(j)));
@@ -480,13 +511,13 @@ void Scheduler::diagnose(std::size_t threads) {
       const Fiber& g = fibers_[j];
       const auto& a = fibers_[waiting].thread.site;
       const auto& b = g.thread.site;
-      const bool same = g.state == Fiber::State::waiting && g.thread.op == fibers_[waiting].thread.op &&
-                        a.line() == b.line() && a.column() == b.column() &&
-                        std::strcmp(a.file_name(), b.file_name()) == 0;
+      const bool same = g.state == Fiber::State::waiting &&
+                        g.thread.op == fibers_[waiting].thread.op && a.line() == b.line() &&
+                        a.column() == b.column() && std::strcmp(a.file_name(), b.file_name()) == 0;
       if (!same) {
-        fault(fmt::format("__syncthreads in divergent code: thread {} waits in {} at {}, but {}", waiting,
-                          op_name(fibers_[waiting].thread.op), where(fibers_[waiting].thread.site),
-                          describe(j)));
+        fault(fmt::format("__syncthreads in divergent code: thread {} waits in {} at {}, but {}",
+                          waiting, op_name(fibers_[waiting].thread.op),
+                          where(fibers_[waiting].thread.site), describe(j)));
       }
     }
   }
@@ -499,14 +530,14 @@ void wait_collective() { scheduler().wait(); }
 
 void submit(Launch launch) {
   if (tl_thread != nullptr) {
-    throw Fault("CUDA emulator: kernel launch from device code (dynamic parallelism) is not emulated");
+    throw Fault(
+        "CUDA emulator: kernel launch from device code (dynamic parallelism) is not emulated");
   }
   const dim3 g = launch.grid;
   const dim3 b = launch.block;
   const std::size_t threads = std::size_t{b.x} * b.y * b.z;
   if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0 || threads > 1024 ||
-      b.x > 1024 || b.y > 1024 || b.z > 64 || g.y > 65535 || g.z > 65535 ||
-      g.x > 2147483647u) {
+      b.x > 1024 || b.y > 1024 || b.z > 64 || g.y > 65535 || g.z > 65535 || g.x > 2147483647u) {
     set_last_error(cudaErrorInvalidConfiguration);
     return;
   }
@@ -522,10 +553,11 @@ void submit(Launch launch) {
 
 void check_kernel_pointer(const void* p, std::size_t argument, const void* kernel) {
   if (p == nullptr || is_registered(p, 0)) return;
-  throw Fault(fmt::format(
-      "CUDA emulator: argument {} of the kernel at {} is a pointer to memory that was not allocated "
-      "with cudaMalloc or cudaMallocHost (a host pointer passed to a kernel?)",
-      argument, kernel));
+  throw Fault(
+      fmt::format("CUDA emulator: argument {} of the kernel at {} is a pointer to memory that was "
+                  "not allocated "
+                  "with cudaMalloc or cudaMallocHost (a host pointer passed to a kernel?)",
+                  argument, kernel));
 }
 
 }  // namespace detail

@@ -37,8 +37,8 @@ void Blas::gemm_xwT(WeightType type, const void* w, const void* x, float* y, int
   const cudaDataType_t ab = type == WeightType::f16 ? CUDA_R_16F : CUDA_R_16BF;
   const float alpha = 1.0f;
   const float beta = 0.0f;
-  check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, ab, in, x, ab, in, &beta, y,
-                     CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, ab, in, x, ab, in, &beta,
+                     y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
 }
 

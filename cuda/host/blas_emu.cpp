@@ -19,7 +19,8 @@ void gemm(const T* w, const T* x, float* y, int n, int out, int in) {
   for (std::size_t i = 0; i < xf.size(); ++i) xf[i] = static_cast<float>(x[i]);
   std::vector<float> row(static_cast<std::size_t>(in));
   for (int r = 0; r < out; ++r) {
-    for (int k = 0; k < in; ++k) row[k] = static_cast<float>(w[static_cast<std::size_t>(r) * in + k]);
+    for (int k = 0; k < in; ++k)
+      row[k] = static_cast<float>(w[static_cast<std::size_t>(r) * in + k]);
     for (int t = 0; t < n; ++t) {
       const float* xt = xf.data() + static_cast<std::size_t>(t) * in;
       float s = 0.0f;
@@ -38,7 +39,8 @@ void Blas::gemm_xwT(WeightType type, const void* w, const void* x, float* y, int
                     cudaStream_t stream) {
   namespace detail = emu::detail;
   const std::size_t elems = static_cast<std::size_t>(out) * in;
-  if (!detail::is_registered(w, elems * 2) || !detail::is_registered(x, static_cast<std::size_t>(n) * in * 2) ||
+  if (!detail::is_registered(w, elems * 2) ||
+      !detail::is_registered(x, static_cast<std::size_t>(n) * in * 2) ||
       !detail::is_registered(y, static_cast<std::size_t>(n) * out * sizeof(float))) {
     throw emu::Fault("CUDA emulator: Blas::gemm_xwT given memory that is not device memory");
   }
@@ -46,7 +48,8 @@ void Blas::gemm_xwT(WeightType type, const void* w, const void* x, float* y, int
     if (type == WeightType::f16) {
       gemm(static_cast<const __half*>(w), static_cast<const __half*>(x), y, n, out, in);
     } else {
-      gemm(static_cast<const __nv_bfloat16*>(w), static_cast<const __nv_bfloat16*>(x), y, n, out, in);
+      gemm(static_cast<const __nv_bfloat16*>(w), static_cast<const __nv_bfloat16*>(x), y, n, out,
+           in);
     }
   });
   if (status != cudaSuccess) detail::set_last_error(status);

@@ -51,7 +51,9 @@ namespace {
 
 constexpr int kGraphMaxTokens = kernels::kSkinnyMaxTokens;
 
-WeightType weight_type(Options::Weights w) { return w == Options::Weights::f16 ? WeightType::f16 : WeightType::bf16; }
+WeightType weight_type(Options::Weights w) {
+  return w == Options::Weights::f16 ? WeightType::f16 : WeightType::bf16;
+}
 KvType kv_type(Options::Kv k) { return k == Options::Kv::f16 ? KvType::f16 : KvType::f32; }
 
 std::uint16_t to_16bit(float v, WeightType type) {
@@ -66,7 +68,8 @@ std::uint16_t to_16bit(float v, WeightType type) {
   return bits;
 }
 
-const Tensor& matrix(const WeightStore& w, const std::string& name, std::size_t rows, std::size_t cols) {
+const Tensor& matrix(const WeightStore& w, const std::string& name, std::size_t rows,
+                     std::size_t cols) {
   const Tensor& t = w.get(name);
   if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols) {
     throw Error(fmt::format("cuda::Transformer: tensor {} has shape [{}], expected [{}, {}]", name,
@@ -88,7 +91,8 @@ void append_16bit(const Tensor& t, WeightType type, std::vector<std::uint16_t>& 
     std::memcpy(out.data() + at, t.data, rows * cols * sizeof(std::uint16_t));
     return;
   }
-  const cpu::MatrixRef m = cpu::MatrixRef::of(Tensor{t.name, t.dtype, {rows, cols}, t.data, t.nbytes});
+  const cpu::MatrixRef m =
+      cpu::MatrixRef::of(Tensor{t.name, t.dtype, {rows, cols}, t.data, t.nbytes});
   std::vector<float> row(cols);
   for (std::size_t r = 0; r < rows; ++r) {
     cpu::dequantize_row(m, r, row.data());
@@ -99,7 +103,8 @@ void append_16bit(const Tensor& t, WeightType type, std::vector<std::uint16_t>& 
 std::vector<float> vector_f32(const WeightStore& w, const std::string& name, std::size_t size) {
   const Tensor& t = w.get(name);
   if (t.elements() != size) {
-    throw Error(fmt::format("cuda::Transformer: tensor {} has {} elements, expected {}", name, t.elements(), size));
+    throw Error(fmt::format("cuda::Transformer: tensor {} has {} elements, expected {}", name,
+                            t.elements(), size));
   }
   const cpu::MatrixRef m = cpu::MatrixRef::of(Tensor{t.name, t.dtype, {1, size}, t.data, t.nbytes});
   std::vector<float> out(size);
@@ -200,15 +205,19 @@ struct Transformer::Impl {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
-  [[nodiscard]] const std::uint16_t* head() const { return output.size() > 0 ? output.get() : embed.get(); }
+  [[nodiscard]] const std::uint16_t* head() const {
+    return output.size() > 0 ? output.get() : embed.get();
+  }
   [[nodiscard]] std::size_t kv_layer_bytes() const {
-    return config.n_kv_heads * capacity * config.head_dim * static_cast<std::size_t>(kv_bytes(kvtype));
+    return config.n_kv_heads * capacity * config.head_dim *
+           static_cast<std::size_t>(kv_bytes(kvtype));
   }
 
-  void gemm(const std::uint16_t* w, const float* x, float* y, int n, std::size_t out, std::size_t in,
-            cudaStream_t s) {
+  void gemm(const std::uint16_t* w, const float* x, float* y, int n, std::size_t out,
+            std::size_t in, cudaStream_t s) {
     if (n <= kernels::kSkinnyMaxTokens) {
-      kernels::skinny_gemm(wtype, w, x, y, n, static_cast<int>(out), static_cast<int>(in), s, gemm_warps);
+      kernels::skinny_gemm(wtype, w, x, y, n, static_cast<int>(out), static_cast<int>(in), s,
+                           gemm_warps);
     } else {
       kernels::convert_f32(x, static_cast<std::size_t>(n) * in, wtype, x16.get(), s);
       blas->gemm_xwT(wtype, w, x16.get(), y, n, static_cast<int>(out), static_cast<int>(in), s);
@@ -221,8 +230,8 @@ struct Transformer::Impl {
     const std::size_t dim = c.dim, hd = c.head_dim, q_dim = c.q_dim(), ffn = c.ffn_dim;
     const std::size_t qkv_rows = q_dim + 2 * c.kv_dim();
     const float eps = c.rms_norm_eps;
-    kernels::embedding_gather(wtype, embed.get(), static_cast<int>(c.vocab_size), static_cast<int>(dim),
-                              tokens.get(), n, h.get(), s);
+    kernels::embedding_gather(wtype, embed.get(), static_cast<int>(c.vocab_size),
+                              static_cast<int>(dim), tokens.get(), n, h.get(), s);
     for (std::size_t li = 0; li < c.n_layers; ++li) {
       const Layer& L = layers[li];
       kernels::rmsnorm_residual(h.get(), li == 0 ? nullptr : delta.get(), L.attn_norm.get(), eps, n,
@@ -268,14 +277,14 @@ struct Transformer::Impl {
       kernels::attention(a, s, attention_warps);
 
       gemm(L.w_o.get(), att.get(), delta.get(), n, dim, q_dim, s);
-      kernels::rmsnorm_residual(h.get(), delta.get(), L.ffn_norm.get(), eps, n, static_cast<int>(dim), xn.get(),
-                                norm_threads, s);
+      kernels::rmsnorm_residual(h.get(), delta.get(), L.ffn_norm.get(), eps, n,
+                                static_cast<int>(dim), xn.get(), norm_threads, s);
       gemm(L.w_gate_up.get(), xn.get(), gate_up.get(), n, 2 * ffn, dim, s);
       kernels::swiglu(gate_up.get(), n, static_cast<int>(ffn), act.get(), s);
       gemm(L.w_down.get(), act.get(), delta.get(), n, dim, ffn, s);
     }
-    kernels::rmsnorm_residual(h.get(), c.n_layers > 0 ? delta.get() : nullptr, output_norm.get(), eps, n,
-                              static_cast<int>(dim), xn.get(), norm_threads, s);
+    kernels::rmsnorm_residual(h.get(), c.n_layers > 0 ? delta.get() : nullptr, output_norm.get(),
+                              eps, n, static_cast<int>(dim), xn.get(), norm_threads, s);
     gemm(head(), xn.get(), logits_out, n, c.vocab_size, dim, s);
   }
 
@@ -285,16 +294,19 @@ struct Transformer::Impl {
     SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));
     std::copy(ids.begin(), ids.end(), staging_tokens.get());
     staging_start.get()[0] = static_cast<int>(cached);
-    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(tokens.get(), staging_tokens.get(), ids.size() * sizeof(token_t),
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(tokens.get(), staging_tokens.get(),
+                                       ids.size() * sizeof(token_t), cudaMemcpyHostToDevice,
+                                       stream));
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(start.get(), staging_start.get(), sizeof(int),
                                        cudaMemcpyHostToDevice, stream));
-    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(start.get(), staging_start.get(), sizeof(int), cudaMemcpyHostToDevice, stream));
 
     const int kv_len = static_cast<int>(cached) + n;
     if (n <= kGraphMaxTokens) {
       const int splits = kernels::attention_splits(kv_len, attention_chunk);
       auto record = [&](cudaStream_t s) { layers_pass(n, attention_chunk, splits, logits_out, s); };
       if (options.cuda_graphs && logits_out == logits.get()) {
-        const std::uint64_t key = static_cast<std::uint64_t>(n) | (static_cast<std::uint64_t>(splits) << 8);
+        const std::uint64_t key =
+            static_cast<std::uint64_t>(n) | (static_cast<std::uint64_t>(splits) << 8);
         ++(graphs->run(key, record) ? stats.captures : stats.replays);
       } else {
         record(stream);
@@ -313,7 +325,8 @@ struct Transformer::Impl {
 Transformer::Transformer(const LoadedModel& model, Options options)
     : Transformer(model.config, model.weights, options) {}
 
-Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights, Options options)
+Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights,
+                         Options options)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   config.validate();
@@ -323,7 +336,8 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   m.options = options;
   const WeightStore& w = *m.weights;
   if (c.head_dim % 8 != 0 || c.head_dim > 256) {
-    throw Error(fmt::format("cuda::Transformer: head_dim {} is not a multiple of 8 up to 256", c.head_dim));
+    throw Error(
+        fmt::format("cuda::Transformer: head_dim {} is not a multiple of 8 up to 256", c.head_dim));
   }
   if (options.max_step_tokens < static_cast<std::size_t>(kGraphMaxTokens)) {
     throw Error("cuda::Transformer: Options::max_step_tokens must be at least 16");
@@ -331,7 +345,8 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   m.wtype = weight_type(options.weights);
   m.kvtype = kv_type(options.kv);
   m.capacity = options.context_length != 0 ? options.context_length : c.context_length;
-  if (m.capacity == 0) throw Error("cuda::Transformer: context length is 0 (set Options::context_length)");
+  if (m.capacity == 0)
+    throw Error("cuda::Transformer: context length is 0 (set Options::context_length)");
   m.step_tokens = options.max_step_tokens;
   if (options.norm_threads > 0) m.norm_threads = options.norm_threads;
   if (options.gemm_warps > 0) m.gemm_warps = options.gemm_warps;
@@ -343,8 +358,10 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   m.graphs = std::make_unique<GraphCache>(m.stream);
   int sms = 1;
   SPECDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options.device));
-  m.attention_chunk = kernels::attention_chunk(static_cast<int>(m.capacity), static_cast<int>(c.n_kv_heads), sms);
-  m.attention_max_splits = kernels::attention_splits(static_cast<int>(m.capacity), m.attention_chunk);
+  m.attention_chunk =
+      kernels::attention_chunk(static_cast<int>(m.capacity), static_cast<int>(c.n_kv_heads), sms);
+  m.attention_max_splits =
+      kernels::attention_splits(static_cast<int>(m.capacity), m.attention_chunk);
 
   // ---- weights
   std::vector<std::uint16_t> staging;
@@ -402,7 +419,8 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   m.act = DeviceArray<float>(S * c.ffn_dim);
   m.x16 = DeviceArray<std::uint16_t>(S * std::max({c.dim, c.ffn_dim, c.q_dim()}));
   m.attn_work = DeviceArray<float>(kernels::attention_workspace_floats(
-      m.attention_max_splits, kGraphMaxTokens, static_cast<int>(c.n_heads), static_cast<int>(c.head_dim)));
+      m.attention_max_splits, kGraphMaxTokens, static_cast<int>(c.n_heads),
+      static_cast<int>(c.head_dim)));
   m.staging_tokens = PinnedArray<token_t>(S);
   m.staging_start = PinnedArray<int>(1);
 }
@@ -416,13 +434,15 @@ LogitsView Transformer::forward(std::span<const token_t> tokens) {
   const ModelConfig& c = m.config;
   if (tokens.empty()) throw Error("cuda::Transformer::forward: no tokens");
   if (tokens.size() > m.capacity - m.cached) {
-    throw Error(fmt::format("cuda::Transformer::forward: {} cached + {} new tokens exceed the context length {}",
-                            m.cached, tokens.size(), m.capacity));
+    throw Error(fmt::format(
+        "cuda::Transformer::forward: {} cached + {} new tokens exceed the context length {}",
+        m.cached, tokens.size(), m.capacity));
   }
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab_size) {
-      throw Error(fmt::format("cuda::Transformer::forward: token {} (at {}) is outside the vocabulary [0, {})",
-                              tokens[i], i, c.vocab_size));
+      throw Error(fmt::format(
+          "cuda::Transformer::forward: token {} (at {}) is outside the vocabulary [0, {})",
+          tokens[i], i, c.vocab_size));
     }
   }
   if (tokens.size() > m.logits_rows) {
@@ -447,7 +467,8 @@ LogitsView Transformer::forward(std::span<const token_t> tokens) {
 
 void Transformer::rollback(std::size_t n) {
   if (n > impl_->cached) {
-    throw Error(fmt::format("cuda::Transformer::rollback({}): only {} positions are cached", n, impl_->cached));
+    throw Error(fmt::format("cuda::Transformer::rollback({}): only {} positions are cached", n,
+                            impl_->cached));
   }
   impl_->cached = n;
 }
@@ -458,12 +479,13 @@ void Transformer::copy_logits_to_host(std::span<float> out) {
   Impl& m = *impl_;
   const std::size_t count = m.last_rows * m.config.vocab_size;
   if (out.size() != count) {
-    throw Error(fmt::format("cuda::Transformer::copy_logits_to_host: {} floats given, the logits are {} x {}",
-                            out.size(), m.last_rows, m.config.vocab_size));
+    throw Error(fmt::format(
+        "cuda::Transformer::copy_logits_to_host: {} floats given, the logits are {} x {}",
+        out.size(), m.last_rows, m.config.vocab_size));
   }
   if (count == 0) return;
-  SPECDEC_CUDA_CHECK(cudaMemcpyAsync(out.data(), m.logits.get(), count * sizeof(float), cudaMemcpyDeviceToHost,
-                                     m.stream));
+  SPECDEC_CUDA_CHECK(cudaMemcpyAsync(out.data(), m.logits.get(), count * sizeof(float),
+                                     cudaMemcpyDeviceToHost, m.stream));
   synchronize();
 }
 
@@ -485,12 +507,14 @@ Transformer::GraphStats Transformer::graph_stats() const noexcept { return impl_
 std::size_t Transformer::device_bytes() const noexcept {
   const Impl& m = *impl_;
   std::size_t b = m.embed.bytes() + m.output.bytes() + m.output_norm.bytes() + m.inv_freq.bytes() +
-                  m.k_cache.bytes() + m.v_cache.bytes() + m.tokens.bytes() + m.start.bytes() + m.h.bytes() +
-                  m.xn.bytes() + m.qkv.bytes() + m.q.bytes() + m.att.bytes() + m.delta.bytes() +
-                  m.gate_up.bytes() + m.act.bytes() + m.attn_work.bytes() + m.x16.bytes() + m.logits.bytes();
+                  m.k_cache.bytes() + m.v_cache.bytes() + m.tokens.bytes() + m.start.bytes() +
+                  m.h.bytes() + m.xn.bytes() + m.qkv.bytes() + m.q.bytes() + m.att.bytes() +
+                  m.delta.bytes() + m.gate_up.bytes() + m.act.bytes() + m.attn_work.bytes() +
+                  m.x16.bytes() + m.logits.bytes();
   for (const Layer& L : m.layers) {
-    b += L.w_qkv.bytes() + L.w_o.bytes() + L.w_gate_up.bytes() + L.w_down.bytes() + L.attn_norm.bytes() +
-         L.ffn_norm.bytes() + L.qkv_bias.bytes() + L.q_norm.bytes() + L.k_norm.bytes();
+    b += L.w_qkv.bytes() + L.w_o.bytes() + L.w_gate_up.bytes() + L.w_down.bytes() +
+         L.attn_norm.bytes() + L.ffn_norm.bytes() + L.qkv_bias.bytes() + L.q_norm.bytes() +
+         L.k_norm.bytes();
   }
   return b;
 }

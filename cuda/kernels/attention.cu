@@ -106,8 +106,10 @@ __global__ void attention_kernel(AttentionParams p) {
   const int key_begin = split * p.chunk;
   const int key_end = min_of(kv_len, key_begin + p.chunk);
 
-  const auto* k_head = static_cast<const Cache*>(p.k_cache) + static_cast<std::size_t>(kv_head) * p.capacity * hd;
-  const auto* v_head = static_cast<const Cache*>(p.v_cache) + static_cast<std::size_t>(kv_head) * p.capacity * hd;
+  const auto* k_head =
+      static_cast<const Cache*>(p.k_cache) + static_cast<std::size_t>(kv_head) * p.capacity * hd;
+  const auto* v_head =
+      static_cast<const Cache*>(p.v_cache) + static_cast<std::size_t>(kv_head) * p.capacity * hd;
 
   const int rows = p.n * group;
   const int rows_per_group = warps * kRowsPerWarp;
@@ -115,7 +117,8 @@ __global__ void attention_kernel(AttentionParams p) {
        g0 += static_cast<int>(gridDim.z) * rows_per_group) {
     const int rows_here = min_of(rows_per_group, rows - g0);
     __syncthreads();  // the previous group is done with s.q and the tiles
-    for (int idx = static_cast<int>(threadIdx.x); idx < rows_here * hd; idx += static_cast<int>(blockDim.x)) {
+    for (int idx = static_cast<int>(threadIdx.x); idx < rows_here * hd;
+         idx += static_cast<int>(blockDim.x)) {
       const int r = idx / hd;
       const int d = idx % hd;
       const int row = g0 + r;
@@ -203,7 +206,8 @@ __global__ void attention_kernel(AttentionParams p) {
           if (d < hd) p.out[out_row * hd + d] = acc[k][i] * inv;
         }
       } else {
-        float* part = p.partial + (static_cast<std::size_t>(split) * p.n * p.n_heads + out_row) * (hd + 2);
+        float* part =
+            p.partial + (static_cast<std::size_t>(split) * p.n * p.n_heads + out_row) * (hd + 2);
         SPECDEC_UNROLL
         for (int i = 0; i < kDimsPerLane; ++i) {
           const int d = lane + kWarpSize * i;
@@ -284,7 +288,8 @@ void attention(const AttentionParams& p, cudaStream_t stream, int warps) {
     throw Error("attention: head_dim must be a multiple of 8 and at most 256");
   }
   if (p.n_kv <= 0 || p.n_heads % p.n_kv != 0) throw Error("attention: n_heads % n_kv != 0");
-  if (p.chunk < kTile || p.chunk % kTile != 0) throw Error("attention: chunk must be a multiple of 32");
+  if (p.chunk < kTile || p.chunk % kTile != 0)
+    throw Error("attention: chunk must be a multiple of 32");
   if (p.splits < 1 || p.splits > 65535) throw Error("attention: splits must be in [1, 65535]");
   if (p.splits > 1 && p.partial == nullptr) throw Error("attention: splits > 1 needs a workspace");
   if (warps < 1 || warps > 32) throw Error("attention: warps must be in [1, 32]");

@@ -25,21 +25,21 @@
 namespace specdec::cuda::kernels {
 
 struct AttentionParams {
-  const float* q = nullptr;        ///< [n][n_heads][head_dim], rotated
+  const float* q = nullptr;  ///< [n][n_heads][head_dim], rotated
   KvType kv_type = KvType::f16;
-  const void* k_cache = nullptr;   ///< this layer's K: [n_kv][capacity][head_dim]
-  const void* v_cache = nullptr;   ///< this layer's V: [n_kv][capacity][head_dim]
+  const void* k_cache = nullptr;  ///< this layer's K: [n_kv][capacity][head_dim]
+  const void* v_cache = nullptr;  ///< this layer's V: [n_kv][capacity][head_dim]
   int capacity = 0;
-  const int* start = nullptr;      ///< device scalar: cached positions before the n new tokens
+  const int* start = nullptr;  ///< device scalar: cached positions before the n new tokens
   int n = 0;
   int n_heads = 0;
   int n_kv = 0;
-  int head_dim = 0;                ///< a multiple of 8, at most 256
-  float scale = 1.0f;              ///< usually 1 / sqrt(head_dim)
-  int chunk = 64;                  ///< keys per split, a multiple of 32
-  int splits = 1;                  ///< blocks per KV head; >= ceil((*start + n) / chunk)
-  float* partial = nullptr;        ///< workspace, attention_workspace_floats() (splits > 1 only)
-  float* out = nullptr;            ///< [n][n_heads * head_dim]
+  int head_dim = 0;          ///< a multiple of 8, at most 256
+  float scale = 1.0f;        ///< usually 1 / sqrt(head_dim)
+  int chunk = 64;            ///< keys per split, a multiple of 32
+  int splits = 1;            ///< blocks per KV head; >= ceil((*start + n) / chunk)
+  float* partial = nullptr;  ///< workspace, attention_workspace_floats() (splits > 1 only)
+  float* out = nullptr;      ///< [n][n_heads * head_dim]
 };
 
 /// Floats of workspace the split kernel needs: splits * n * n_heads * (head_dim + 2).

@@ -10,8 +10,8 @@ namespace specdec::cuda::kernels {
 
 namespace {
 
-__global__ void rmsnorm_residual_kernel(float* h, const float* delta, const float* weight, float eps,
-                                        int dim, float* out) {
+__global__ void rmsnorm_residual_kernel(float* h, const float* delta, const float* weight,
+                                        float eps, int dim, float* out) {
   const std::size_t base = static_cast<std::size_t>(blockIdx.x) * dim;
   float* row = h + base;
   float sum_sq = 0.0f;

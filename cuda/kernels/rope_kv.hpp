@@ -15,23 +15,23 @@
 namespace specdec::cuda::kernels {
 
 struct RopeKvParams {
-  const float* qkv = nullptr;       ///< [n][(n_heads + 2 n_kv) * head_dim]: q heads, k heads, v heads
+  const float* qkv = nullptr;  ///< [n][(n_heads + 2 n_kv) * head_dim]: q heads, k heads, v heads
   int n = 0;
   int n_heads = 0;
   int n_kv = 0;
-  int head_dim = 0;                 ///< even
-  const float* bias = nullptr;      ///< [(n_heads + 2 n_kv) * head_dim] or null (Qwen2 has one)
-  const float* q_norm = nullptr;    ///< [head_dim] or null (Qwen3 q/k norms)
+  int head_dim = 0;               ///< even
+  const float* bias = nullptr;    ///< [(n_heads + 2 n_kv) * head_dim] or null (Qwen2 has one)
+  const float* q_norm = nullptr;  ///< [head_dim] or null (Qwen3 q/k norms)
   const float* k_norm = nullptr;
   float norm_eps = 1e-6f;
   const float* inv_freq = nullptr;  ///< [head_dim / 2]
   RopeLayout layout = RopeLayout::adjacent_pairs;
-  const int* start = nullptr;       ///< device scalar: the position of token 0
-  float* q_out = nullptr;           ///< [n][n_heads][head_dim]
+  const int* start = nullptr;  ///< device scalar: the position of token 0
+  float* q_out = nullptr;      ///< [n][n_heads][head_dim]
   KvType kv_type = KvType::f16;
-  void* k_cache = nullptr;          ///< this layer's K: [n_kv][capacity][head_dim]
-  void* v_cache = nullptr;          ///< this layer's V: [n_kv][capacity][head_dim]
-  int capacity = 0;                 ///< positions per head in the cache (*start + n <= capacity)
+  void* k_cache = nullptr;  ///< this layer's K: [n_kv][capacity][head_dim]
+  void* v_cache = nullptr;  ///< this layer's V: [n_kv][capacity][head_dim]
+  int capacity = 0;         ///< positions per head in the cache (*start + n <= capacity)
 };
 
 void rope_kv_write(const RopeKvParams& p, cudaStream_t stream);

@@ -26,7 +26,8 @@ SPECDEC_DEVICE void accumulate_chunk(const float (&w)[8], const float* x, int in
   SPECDEC_UNROLL
   for (int t = 0; t < NT; ++t) {
     if (t < n) {
-      const auto* xv = reinterpret_cast<const float4*>(x + static_cast<std::size_t>(t) * in + column);
+      const auto* xv =
+          reinterpret_cast<const float4*>(x + static_cast<std::size_t>(t) * in + column);
       const float4 a = __ldg(xv);
       const float4 b = __ldg(xv + 1);
       float s = acc[t];
@@ -51,7 +52,8 @@ __global__ void skinny_gemm_kernel(const T* w, const float* x, float* y, int n, 
   // Both half-warps run the whole kernel (rows past the end compute on row `out - 1` and do
   // not store), so that every shuffle has its full warp.
   const int lane = lane_id() % kLanesPerRow;
-  const int first_row = (static_cast<int>(blockIdx.x) * warps_per_block() + warp_id()) * kRowsPerWarp;
+  const int first_row =
+      (static_cast<int>(blockIdx.x) * warps_per_block() + warp_id()) * kRowsPerWarp;
   if (first_row >= out) return;  // the whole warp leaves together: no collective is skipped
   const int row = first_row + lane_id() / kLanesPerRow;
   const bool store = row < out;
@@ -92,7 +94,8 @@ __global__ void skinny_gemm_kernel(const T* w, const float* x, float* y, int n, 
   const float sum = warp_sum_scatter<NT, kLanesPerRow>(acc);
   const int slot = scatter_slot<NT, kLanesPerRow>(lane);
   constexpr int kLanesPerSlot = kLanesPerRow / NT;
-  if (store && lane % kLanesPerSlot == 0 && slot < n) y[static_cast<std::size_t>(slot) * out + row] = sum;
+  if (store && lane % kLanesPerSlot == 0 && slot < n)
+    y[static_cast<std::size_t>(slot) * out + row] = sum;
 }
 
 template <class T, int NT>

@@ -31,7 +31,8 @@ __global__ void __launch_bounds__(kThreads)
 void swiglu(const float* gate_up, int n, int ffn, float* out, cudaStream_t stream) {
   if (n <= 0 || ffn <= 0) return;
   const std::size_t total = static_cast<std::size_t>(n) * ffn;
-  const auto blocks = static_cast<unsigned>(std::min<std::size_t>(ceil_div<std::size_t>(total, kThreads), 4096));
+  const auto blocks =
+      static_cast<unsigned>(std::min<std::size_t>(ceil_div<std::size_t>(total, kThreads), 4096));
   launch(swiglu_kernel, dim3(blocks), dim3(kThreads), 0, stream, gate_up, n, ffn, out);
   SPECDEC_CUDA_CHECK_LAUNCH("swiglu_kernel");
 }

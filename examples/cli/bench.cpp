@@ -306,7 +306,7 @@ void add_bench(CLI::App& app) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{1000}))
       ->capture_default_str();
   cmd->add_option("--limit", o->limit, "use only the first N prompts of each domain (0: all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kCount)
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
   add_threads_flag(*cmd, o->threads);

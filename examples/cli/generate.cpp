@@ -150,7 +150,7 @@ void add_generate(CLI::App& app) {
   auto* prompt_file = cmd->add_option("--prompt-file", o->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
   prompt->excludes(prompt_file);
   cmd->add_option("-n,--max-tokens", o->max_new_tokens, "tokens to generate at most")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kCount)
       ->capture_default_str();
   cmd->add_option("-k", o->k, "tokens drafted per round")
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}))

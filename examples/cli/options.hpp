@@ -42,6 +42,14 @@ inline std::optional<double> parse_number(const std::string& s) {
   return std::nullopt;
 }
 
+/// A count: a whole number >= 0 (CLI11 would otherwise wrap "-3" around to 2^64 - 3).
+inline const CLI::Validator kCount(
+    [](std::string& s) -> std::string {
+      const auto n = parse_number(s);
+      return n && *n >= 0 && std::floor(*n) == *n ? std::string() : "must be a whole number >= 0, got " + s;
+    },
+    "N>=0", "count");
+
 /// A temperature: a finite number >= 0 (0 is greedy).
 inline const CLI::Validator kTemperature(
     [](std::string& s) -> std::string {

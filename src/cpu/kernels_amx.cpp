@@ -120,6 +120,11 @@ void q8_matmul_amx(const AmxQ8Args& a) {
   // Byte offsets of the 16 rows' block scales, for a gather.
   const __m512i row_offsets = _mm512_mullo_epi32(
       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(static_cast<int>(a.row_bytes)));
+  // Element offsets of one token's column in a 16 x 16 int32 tile.
+  const __m512i column_offsets = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(16));
+  // Up to this many tokens a gathered column per token is cheaper than 16 row vectors.
+  constexpr std::size_t by_token_max = 6;
   alignas(64) std::int32_t isum[4][16 * 16];
   alignas(64) float dw[16];
   alignas(64) float result[16 * 16];
@@ -128,6 +133,8 @@ void q8_matmul_amx(const AmxQ8Args& a) {
     for (std::size_t chunk = 0; chunk < chunks; ++chunk) {
       const std::int8_t* xt = a.xt + chunk * blocks * 512;
       const float* xd = a.xd + chunk * blocks * 16;
+      const std::size_t tokens = a.n - chunk * 16 < 16 ? a.n - chunk * 16 : 16;
+      const bool by_token = tokens <= by_token_max;
       __m512 acc[16];
       for (auto& v : acc) v = _mm512_setzero_ps();
       for (std::size_t b0 = 0; b0 < blocks; b0 += 4) {
@@ -161,21 +168,36 @@ void q8_matmul_amx(const AmxQ8Args& a) {
         if (count > 1) _tile_stored(1, isum[1], 64);
         if (count > 2) _tile_stored(2, isum[2], 64);
         if (count > 3) _tile_stored(3, isum[3], 64);
-        // acc[r][t] = fma(float(isum), d_w[r] * d_x[t], acc[r][t]), blocks in increasing order.
+        // acc[r][t] = fma(float(isum[r][t]), d_w[r] * d_x[t], acc[r][t]), blocks in increasing
+        // order. Two vectorisations of the same element operations (so the same bits): with few
+        // tokens, one vector per token over the 16 rows (a column of isum, gathered); with many,
+        // one vector per row over the 16 tokens.
         for (std::size_t i = 0; i < count; ++i) {
           const std::size_t b = b0 + i;
           const __m512i d16 = _mm512_i32gather_epi32(row_offsets, w + b * q8_block_bytes, 1);
-          _mm512_store_ps(dw, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d16)));
-          const __m512 dx = _mm512_load_ps(xd + b * 16);
-          for (int r = 0; r < 16; ++r) {
-            const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(dw[r]), dx);
-            const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(isum[i] + r * 16));
-            acc[r] = _mm512_fmadd_ps(s, scale, acc[r]);
+          const __m512 dw_rows = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d16));
+          if (by_token) {
+            for (std::size_t t = 0; t < tokens; ++t) {
+              const __m512i column = _mm512_i32gather_epi32(column_offsets, isum[i] + t, 4);
+              const __m512 scale = _mm512_mul_ps(dw_rows, _mm512_set1_ps(xd[b * 16 + t]));
+              acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(column), scale, acc[t]);
+            }
+          } else {
+            _mm512_store_ps(dw, dw_rows);
+            const __m512 dx = _mm512_load_ps(xd + b * 16);
+            for (int r = 0; r < 16; ++r) {
+              const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(dw[r]), dx);
+              const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(isum[i] + r * 16));
+              acc[r] = _mm512_fmadd_ps(s, scale, acc[r]);
+            }
           }
         }
       }
+      if (by_token) {  // acc[t] holds the 16 rows of token t
+        for (std::size_t t = 0; t < tokens; ++t) _mm512_storeu_ps(a.y + (chunk * 16 + t) * a.ldy + g, acc[t]);
+        continue;
+      }
       for (int r = 0; r < 16; ++r) _mm512_store_ps(result + r * 16, acc[r]);
-      const std::size_t tokens = a.n - chunk * 16 < 16 ? a.n - chunk * 16 : 16;
       store_tile(result, 16, tokens, a.y + chunk * 16 * a.ldy + g, a.ldy);
     }
   }

@@ -198,6 +198,10 @@ std::size_t ByteLevelBpe::checked(token_t id) const {
 }
 
 std::vector<token_t> ByteLevelBpe::encode(std::string_view input, bool add_special) const {
+  if (input.size() >= static_cast<std::size_t>(INT32_MAX) / 4) {  // symbol indices are 32-bit
+    throw Error(fmt::format("{}: text of {} bytes is too long to tokenize",
+                            source_.empty() ? "tokenizer" : source_, input.size()));
+  }
   // The reference takes only valid text: invalid bytes become U+FFFD as Python would decode them.
   std::string repaired;
   std::string_view text = input;

@@ -12,11 +12,11 @@
 
 namespace {
 
+using Catch::Matchers::Contains;
 using specdec::cuda::launch;
 using specdec::emu::Fault;
 using specdec::test::DeviceBuffer;
 using specdec::test::for_each_order;
-using Catch::Matchers::Contains;
 
 // ------------------------------------------------------------------ kernels under test
 
@@ -249,7 +249,8 @@ TEST_CASE("emulator: launch configuration errors", "[cuda-emu][emulator]") {
   (void)cudaGetLastError();
 }
 
-TEST_CASE("emulator: host pointers and wrong copy directions are reported", "[cuda-emu][emulator]") {
+TEST_CASE("emulator: host pointers and wrong copy directions are reported",
+          "[cuda-emu][emulator]") {
   std::vector<float> host(32, 0.0f);
   REQUIRE_THROWS_WITH(launch(add_one, dim3(1), dim3(32), 0, nullptr, host.data()),
                       Contains("not allocated with cudaMalloc"));
@@ -274,8 +275,8 @@ TEST_CASE("emulator: graphs record launches and copies and replay them", "[cuda-
 
   cudaGraph_t graph = nullptr;
   SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  SPECDEC_CUDA_CHECK(cudaMemcpyAsync(data.get(), staging, 32 * sizeof(float),
-                                     cudaMemcpyHostToDevice, stream));
+  SPECDEC_CUDA_CHECK(
+      cudaMemcpyAsync(data.get(), staging, 32 * sizeof(float), cudaMemcpyHostToDevice, stream));
   launch(add_one, dim3(1), dim3(32), 0, stream, data.get());
   SPECDEC_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   // Nothing ran during the capture.

@@ -29,19 +29,22 @@ TEST_CASE("skinny GEMM matches the reference", "[cuda-emu][kernels][gemm]") {
   };
   for_each_order([] {
     for (WeightType type : {WeightType::f16, WeightType::bf16}) {
-      for (const Shape s : {Shape{37, 64}, Shape{130, 72}, Shape{9, 520}, Shape{20, 100}, Shape{5, 3}}) {
+      for (const Shape s :
+           {Shape{37, 64}, Shape{130, 72}, Shape{9, 520}, Shape{20, 100}, Shape{5, 3}}) {
         for (int n : {1, 2, 3, 5, 9, 16}) {
           const int warps = n % 3 == 0 ? 1 : (n % 2 == 0 ? 2 : 4);
           INFO("out " << s.out << " in " << s.in << " n " << n << " warps " << warps << " bf16 "
                       << (type == WeightType::bf16));
-          const auto w_bits = ref::to_bits(random_floats(static_cast<std::size_t>(s.out) * s.in, 70u + s.in), type);
+          const auto w_bits =
+              ref::to_bits(random_floats(static_cast<std::size_t>(s.out) * s.in, 70u + s.in), type);
           const auto x = random_floats(static_cast<std::size_t>(n) * s.in, 71u + n);
           DeviceBuffer<std::uint16_t> d_w(w_bits);
           DeviceBuffer<float> d_x(x);
           DeviceBuffer<float> d_y(static_cast<std::size_t>(n) * s.out);
           k::skinny_gemm(type, d_w.get(), d_x.get(), d_y.get(), n, s.out, s.in, nullptr, warps);
           const auto expected = ref::gemm_xwT(ref::from_bits(w_bits, type), x, n, s.out, s.in);
-          require_close(d_y.download(), expected, 1e-5, 1e-5 * std::sqrt(static_cast<double>(s.in)));
+          require_close(d_y.download(), expected, 1e-5,
+                        1e-5 * std::sqrt(static_cast<double>(s.in)));
         }
       }
     }
@@ -54,7 +57,8 @@ TEST_CASE("skinny GEMM is batch-invariant bit for bit", "[cuda-emu][kernels][gem
   for (const int in : {256, 72, 100}) {  // one vector path with full and partial chunks, one scalar
     const int out = 24;
     const int max_n = k::kSkinnyMaxTokens;
-    const auto w_bits = ref::to_bits(random_floats(static_cast<std::size_t>(out) * in, 80u), WeightType::f16);
+    const auto w_bits =
+        ref::to_bits(random_floats(static_cast<std::size_t>(out) * in, 80u), WeightType::f16);
     const auto x = random_floats(static_cast<std::size_t>(max_n) * in, 81u, -4.0f, 4.0f);
     DeviceBuffer<std::uint16_t> d_w(w_bits);
     DeviceBuffer<float> d_x(x);
@@ -64,12 +68,15 @@ TEST_CASE("skinny GEMM is batch-invariant bit for bit", "[cuda-emu][kernels][gem
     for (int n = 1; n <= max_n; ++n) {
       for (int first = 0; first + n <= max_n; first += n) {
         INFO("in " << in << " batch of " << n << " starting at token " << first);
-        DeviceBuffer<float> d_sub(std::vector<float>(x.begin() + static_cast<std::ptrdiff_t>(first) * in,
-                                                     x.begin() + static_cast<std::ptrdiff_t>(first + n) * in));
+        DeviceBuffer<float> d_sub(
+            std::vector<float>(x.begin() + static_cast<std::ptrdiff_t>(first) * in,
+                               x.begin() + static_cast<std::ptrdiff_t>(first + n) * in));
         DeviceBuffer<float> d_y(static_cast<std::size_t>(n) * out);
-        k::skinny_gemm(WeightType::f16, d_w.get(), d_sub.get(), d_y.get(), n, out, in, nullptr, 1 + n % 4);
+        k::skinny_gemm(WeightType::f16, d_w.get(), d_sub.get(), d_y.get(), n, out, in, nullptr,
+                       1 + n % 4);
         const auto y = d_y.download();
-        REQUIRE(std::memcmp(y.data(), full.data() + static_cast<std::size_t>(first) * out, y.size() * sizeof(float)) == 0);
+        REQUIRE(std::memcmp(y.data(), full.data() + static_cast<std::size_t>(first) * out,
+                            y.size() * sizeof(float)) == 0);
       }
     }
   }
@@ -83,11 +90,13 @@ struct AttentionCase {
 
 // Runs the kernel on random q and a random cache of kv_len = start + n positions; returns
 // (device output, reference output).
-std::pair<std::vector<float>, std::vector<float>> run_attention(const AttentionCase& c, KvType kv, int chunk,
-                                                                int extra_splits, int warps) {
+std::pair<std::vector<float>, std::vector<float>> run_attention(const AttentionCase& c, KvType kv,
+                                                                int chunk, int extra_splits,
+                                                                int warps) {
   const int splits = k::attention_splits(c.start + c.n, chunk) + extra_splits;
   const int capacity = c.start + c.n + 5;
-  const auto q = random_floats(static_cast<std::size_t>(c.n) * c.n_heads * c.hd, 90u + c.hd, -2.0f, 2.0f);
+  const auto q =
+      random_floats(static_cast<std::size_t>(c.n) * c.n_heads * c.hd, 90u + c.hd, -2.0f, 2.0f);
   const std::size_t cache_elems = static_cast<std::size_t>(c.n_kv) * capacity * c.hd;
   auto kf = random_floats(cache_elems, 91u + c.start, -2.0f, 2.0f);
   auto vf = random_floats(cache_elems, 92u + c.start);
@@ -139,23 +148,26 @@ std::pair<std::vector<float>, std::vector<float>> run_attention(const AttentionC
   p.partial = d_work.get();
   p.out = d_out.get();
   k::attention(p, nullptr, warps);
-  return {d_out.download(), ref::attention(q, kf, vf, c.n, c.n_heads, c.n_kv, c.hd, capacity, c.start, p.scale)};
+  return {d_out.download(),
+          ref::attention(q, kf, vf, c.n, c.n_heads, c.n_kv, c.hd, capacity, c.start, p.scale)};
 }
 
 }  // namespace
 
-TEST_CASE("attention matches the reference (GQA, causal, split-K)", "[cuda-emu][kernels][attention]") {
+TEST_CASE("attention matches the reference (GQA, causal, split-K)",
+          "[cuda-emu][kernels][attention]") {
   for_each_order([] {
-    for (const AttentionCase c : {AttentionCase{1, 4, 2, 32, 0}, AttentionCase{1, 6, 2, 48, 70},
-                                  AttentionCase{3, 8, 1, 64, 33}, AttentionCase{16, 2, 2, 32, 5},
-                                  AttentionCase{4, 4, 4, 128, 40}, AttentionCase{2, 2, 1, 256, 9},
-                                  AttentionCase{16, 8, 1, 40, 100}, AttentionCase{40, 4, 2, 32, 3}}) {
+    for (const AttentionCase c :
+         {AttentionCase{1, 4, 2, 32, 0}, AttentionCase{1, 6, 2, 48, 70},
+          AttentionCase{3, 8, 1, 64, 33}, AttentionCase{16, 2, 2, 32, 5},
+          AttentionCase{4, 4, 4, 128, 40}, AttentionCase{2, 2, 1, 256, 9},
+          AttentionCase{16, 8, 1, 40, 100}, AttentionCase{40, 4, 2, 32, 3}}) {
       for (KvType kv : {KvType::f16, KvType::f32}) {
         for (const auto& [chunk, extra] : {std::pair{256, 0}, std::pair{32, 0}, std::pair{64, 2}}) {
           const int warps = 1 + (c.n + chunk / 32 + extra) % 4;
-          INFO("n " << c.n << " heads " << c.n_heads << "/" << c.n_kv << " hd " << c.hd << " start " << c.start
-                    << " kv f16 " << (kv == KvType::f16) << " chunk " << chunk << " empty splits " << extra
-                    << " warps " << warps);
+          INFO("n " << c.n << " heads " << c.n_heads << "/" << c.n_kv << " hd " << c.hd << " start "
+                    << c.start << " kv f16 " << (kv == KvType::f16) << " chunk " << chunk
+                    << " empty splits " << extra << " warps " << warps);
           const auto [got, expected] = run_attention(c, kv, chunk, extra, warps);
           require_close(got, expected, 1e-4, 1e-5);
         }
@@ -170,12 +182,14 @@ TEST_CASE("attention is batch-invariant bit for bit", "[cuda-emu][kernels][atten
   const int n = 7, n_heads = 6, n_kv = 2, hd = 48, start = 60, capacity = 80;
   const auto q = random_floats(static_cast<std::size_t>(n) * n_heads * hd, 200u, -2.0f, 2.0f);
   const std::size_t cache_elems = static_cast<std::size_t>(n_kv) * capacity * hd;
-  DeviceBuffer<std::uint16_t> d_k(ref::to_bits(random_floats(cache_elems, 201u, -2.0f, 2.0f), WeightType::f16));
+  DeviceBuffer<std::uint16_t> d_k(
+      ref::to_bits(random_floats(cache_elems, 201u, -2.0f, 2.0f), WeightType::f16));
   DeviceBuffer<std::uint16_t> d_v(ref::to_bits(random_floats(cache_elems, 202u), WeightType::f16));
   for (int chunk : {32, 128}) {
     auto run = [&](int first, int count) {
-      DeviceBuffer<float> d_q(std::vector<float>(q.begin() + static_cast<std::ptrdiff_t>(first) * n_heads * hd,
-                                                 q.begin() + static_cast<std::ptrdiff_t>(first + count) * n_heads * hd));
+      DeviceBuffer<float> d_q(std::vector<float>(
+          q.begin() + static_cast<std::ptrdiff_t>(first) * n_heads * hd,
+          q.begin() + static_cast<std::ptrdiff_t>(first + count) * n_heads * hd));
       DeviceBuffer<int> d_start(std::vector<int>{start + first});
       const int splits = k::attention_splits(start + first + count, chunk);
       DeviceBuffer<float> d_work(k::attention_workspace_floats(splits, count, n_heads, hd));

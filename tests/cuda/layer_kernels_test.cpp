@@ -4,12 +4,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "host/blas.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope_kv.hpp"
 #include "kernels/swiglu.hpp"
-#include "host/blas.hpp"
 #include "reference.hpp"
 #include "support.hpp"
 
@@ -33,13 +33,14 @@ TEST_CASE("embedding gather", "[cuda-emu][kernels]") {
       for (int dim : {64, 37, 288}) {
         INFO("dim " << dim << " bf16 " << (type == WeightType::bf16));
         const int vocab = 50;
-        const auto table = ref::to_bits(random_floats(static_cast<std::size_t>(vocab) * dim, 1u + dim), type);
+        const auto table =
+            ref::to_bits(random_floats(static_cast<std::size_t>(vocab) * dim, 1u + dim), type);
         const std::vector<specdec::token_t> tokens = {3, 0, 49, 3, 17, -1, 50};
         DeviceBuffer<std::uint16_t> d_table(table);
         DeviceBuffer<specdec::token_t> d_tokens(tokens);
         DeviceBuffer<float> out(tokens.size() * static_cast<std::size_t>(dim));
-        k::embedding_gather(type, d_table.get(), vocab, dim, d_tokens.get(), static_cast<int>(tokens.size()),
-                            out.get(), nullptr);
+        k::embedding_gather(type, d_table.get(), vocab, dim, d_tokens.get(),
+                            static_cast<int>(tokens.size()), out.get(), nullptr);
         const auto got = out.download();
         for (std::size_t t = 0; t < tokens.size(); ++t) {
           for (int i = 0; i < dim; ++i) {
@@ -47,7 +48,8 @@ TEST_CASE("embedding gather", "[cuda-emu][kernels]") {
             if (tokens[t] < 0 || tokens[t] >= vocab) {
               REQUIRE(std::isnan(g));  // invalid ids (the host rejects them first) give NaN rows
             } else {
-              REQUIRE(g == ref::from_bits(table[static_cast<std::size_t>(tokens[t]) * dim + i], type));
+              REQUIRE(g ==
+                      ref::from_bits(table[static_cast<std::size_t>(tokens[t]) * dim + i], type));
             }
           }
         }
@@ -70,8 +72,8 @@ TEST_CASE("RMSNorm fused with the residual add", "[cuda-emu][kernels]") {
           DeviceBuffer<float> d_delta(delta);
           DeviceBuffer<float> d_w(weight);
           DeviceBuffer<float> d_out(h.size());
-          k::rmsnorm_residual(d_h.get(), residual ? d_delta.get() : nullptr, d_w.get(), 1e-5f, n, dim,
-                              d_out.get(), threads, nullptr);
+          k::rmsnorm_residual(d_h.get(), residual ? d_delta.get() : nullptr, d_w.get(), 1e-5f, n,
+                              dim, d_out.get(), threads, nullptr);
           std::vector<float> expected;
           ref::rmsnorm_residual(h, residual ? &delta : nullptr, weight, 1e-5f, n, dim, expected);
           require_close(d_h.download(), h, 0.0, 0.0);  // the residual sum is exact f32 addition
@@ -92,8 +94,9 @@ TEST_CASE("rotary embedding fused into the KV-cache write", "[cuda-emu][kernels]
                           Shape{5, 2, 1, 128, false, true}, Shape{2, 3, 3, 72, true, true}}) {
       for (RopeLayout layout : {RopeLayout::adjacent_pairs, RopeLayout::rotate_half}) {
         for (KvType kv : {KvType::f16, KvType::f32}) {
-          INFO("n " << s.n << " heads " << s.n_heads << "/" << s.n_kv << " hd " << s.hd << " layout "
-                    << specdec::rope_layout_name(layout) << " kv f16 " << (kv == KvType::f16));
+          INFO("n " << s.n << " heads " << s.n_heads << "/" << s.n_kv << " hd " << s.hd
+                    << " layout " << specdec::rope_layout_name(layout) << " kv f16 "
+                    << (kv == KvType::f16));
           const int width = (s.n_heads + 2 * s.n_kv) * s.hd;
           const int capacity = 40;
           const int start = 7;
@@ -102,9 +105,11 @@ TEST_CASE("rotary embedding fused into the KV-cache write", "[cuda-emu][kernels]
           const auto q_norm = random_floats(static_cast<std::size_t>(s.hd), 42u, 0.5f, 1.5f);
           const auto k_norm = random_floats(static_cast<std::size_t>(s.hd), 43u, 0.5f, 1.5f);
           std::vector<float> inv_freq(static_cast<std::size_t>(s.hd / 2));
-          for (int i = 0; i < s.hd / 2; ++i) inv_freq[i] = 1.0f / std::pow(10000.0f, 2.0f * i / s.hd);
+          for (int i = 0; i < s.hd / 2; ++i)
+            inv_freq[i] = 1.0f / std::pow(10000.0f, 2.0f * i / s.hd);
 
-          DeviceBuffer<float> d_qkv(qkv), d_bias(bias), d_qn(q_norm), d_kn(k_norm), d_freq(inv_freq);
+          DeviceBuffer<float> d_qkv(qkv), d_bias(bias), d_qn(q_norm), d_kn(k_norm),
+              d_freq(inv_freq);
           DeviceBuffer<int> d_start(std::vector<int>{start});
           DeviceBuffer<float> d_q(static_cast<std::size_t>(s.n) * s.n_heads * s.hd);
           const std::size_t cache_elems = static_cast<std::size_t>(s.n_kv) * capacity * s.hd;
@@ -137,7 +142,8 @@ TEST_CASE("rotary embedding fused into the KV-cache write", "[cuda-emu][kernels]
             for (int head = 0; head < s.n_heads + 2 * s.n_kv; ++head) {
               float* hx = x.data() + static_cast<std::size_t>(t) * width + head * s.hd;
               if (s.bias) {
-                for (int d = 0; d < s.hd; ++d) hx[d] += bias[static_cast<std::size_t>(head) * s.hd + d];
+                for (int d = 0; d < s.hd; ++d)
+                  hx[d] += bias[static_cast<std::size_t>(head) * s.hd + d];
               }
               if (head >= s.n_heads + s.n_kv) continue;  // v: no rotation
               if (s.qk_norm) ref::norm_head(hx, s.hd, head < s.n_heads ? q_norm : k_norm, 1e-6f);
@@ -148,20 +154,26 @@ TEST_CASE("rotary embedding fused into the KV-cache write", "[cuda-emu][kernels]
           std::vector<float> exp_q(got_q.size());
           for (int t = 0; t < s.n; ++t) {
             for (int i = 0; i < s.n_heads * s.hd; ++i) {
-              exp_q[static_cast<std::size_t>(t) * s.n_heads * s.hd + i] = x[static_cast<std::size_t>(t) * width + i];
+              exp_q[static_cast<std::size_t>(t) * s.n_heads * s.hd + i] =
+                  x[static_cast<std::size_t>(t) * width + i];
             }
           }
           require_close(got_q, exp_q, 1e-5, 1e-5);
 
           const double kv_tol = kv == KvType::f16 ? 1e-3 : 1e-5;
-          const auto kc = kv == KvType::f16 ? ref::from_bits(d_k16.download(), WeightType::f16) : d_k32.download();
-          const auto vc = kv == KvType::f16 ? ref::from_bits(d_v16.download(), WeightType::f16) : d_v32.download();
+          const auto kc = kv == KvType::f16 ? ref::from_bits(d_k16.download(), WeightType::f16)
+                                            : d_k32.download();
+          const auto vc = kv == KvType::f16 ? ref::from_bits(d_v16.download(), WeightType::f16)
+                                            : d_v32.download();
           for (int t = 0; t < s.n; ++t) {
             for (int h = 0; h < s.n_kv; ++h) {
               for (int d = 0; d < s.hd; ++d) {
-                const std::size_t at = (static_cast<std::size_t>(h) * capacity + start + t) * s.hd + d;
-                const float ek = x[static_cast<std::size_t>(t) * width + (s.n_heads + h) * s.hd + d];
-                const float ev = x[static_cast<std::size_t>(t) * width + (s.n_heads + s.n_kv + h) * s.hd + d];
+                const std::size_t at =
+                    (static_cast<std::size_t>(h) * capacity + start + t) * s.hd + d;
+                const float ek =
+                    x[static_cast<std::size_t>(t) * width + (s.n_heads + h) * s.hd + d];
+                const float ev =
+                    x[static_cast<std::size_t>(t) * width + (s.n_heads + s.n_kv + h) * s.hd + d];
                 REQUIRE(std::abs(kc[at] - ek) <= kv_tol * std::abs(ek) + 1e-5);
                 REQUIRE(std::abs(vc[at] - ev) <= kv_tol * std::abs(ev) + 1e-5);
               }
@@ -180,7 +192,8 @@ TEST_CASE("rotary embedding fused into the KV-cache write", "[cuda-emu][kernels]
 TEST_CASE("SwiGLU", "[cuda-emu][kernels]") {
   for (int ffn : {1, 300, 768}) {
     const int n = 3;
-    const auto gate_up = random_floats(static_cast<std::size_t>(n) * 2 * ffn, 50u + ffn, -6.0f, 6.0f);
+    const auto gate_up =
+        random_floats(static_cast<std::size_t>(n) * 2 * ffn, 50u + ffn, -6.0f, 6.0f);
     DeviceBuffer<float> d_in(gate_up);
     DeviceBuffer<float> d_out(static_cast<std::size_t>(n) * ffn);
     specdec::cuda::kernels::swiglu(d_in.get(), n, ffn, d_out.get(), nullptr);
@@ -211,7 +224,8 @@ TEST_CASE("f32 to 16-bit conversion and the BLAS layer (prefill GEMM)", "[cuda-e
     DeviceBuffer<float> d_y(static_cast<std::size_t>(n) * out);
     specdec::cuda::Blas blas;
     blas.gemm_xwT(type, d_w.get(), d_x16.get(), d_y.get(), n, out, in, nullptr);
-    const auto expected = ref::gemm_xwT(ref::from_bits(w_bits, type), ref::from_bits(x16, type), n, out, in);
+    const auto expected =
+        ref::gemm_xwT(ref::from_bits(w_bits, type), ref::from_bits(x16, type), n, out, in);
     require_close(d_y.download(), expected, 1e-4, 1e-5);
   }
 }

@@ -70,18 +70,41 @@ void warp_sums(const float* in, int slots, int width, float* scattered, float* p
   };
   const int key = slots * 100 + width;
   switch (key) {
-    case 132: run(warp_sums_kernel<1, 32>); break;
-    case 232: run(warp_sums_kernel<2, 32>); break;
-    case 432: run(warp_sums_kernel<4, 32>); break;
-    case 832: run(warp_sums_kernel<8, 32>); break;
-    case 1632: run(warp_sums_kernel<16, 32>); break;
-    case 3232: run(warp_sums_kernel<32, 32>); break;
-    case 116: run(warp_sums_kernel<1, 16>); break;
-    case 216: run(warp_sums_kernel<2, 16>); break;
-    case 416: run(warp_sums_kernel<4, 16>); break;
-    case 816: run(warp_sums_kernel<8, 16>); break;
-    case 1616: run(warp_sums_kernel<16, 16>); break;
-    default: throw Error("warp_sums: unsupported (slots, width)");
+    case 132:
+      run(warp_sums_kernel<1, 32>);
+      break;
+    case 232:
+      run(warp_sums_kernel<2, 32>);
+      break;
+    case 432:
+      run(warp_sums_kernel<4, 32>);
+      break;
+    case 832:
+      run(warp_sums_kernel<8, 32>);
+      break;
+    case 1632:
+      run(warp_sums_kernel<16, 32>);
+      break;
+    case 3232:
+      run(warp_sums_kernel<32, 32>);
+      break;
+    case 116:
+      run(warp_sums_kernel<1, 16>);
+      break;
+    case 216:
+      run(warp_sums_kernel<2, 16>);
+      break;
+    case 416:
+      run(warp_sums_kernel<4, 16>);
+      break;
+    case 816:
+      run(warp_sums_kernel<8, 16>);
+      break;
+    case 1616:
+      run(warp_sums_kernel<16, 16>);
+      break;
+    default:
+      throw Error("warp_sums: unsupported (slots, width)");
   }
   SPECDEC_CUDA_CHECK_LAUNCH("warp_sums_kernel");
 }
@@ -89,13 +112,26 @@ void warp_sums(const float* in, int slots, int width, float* scattered, float* p
 void warp_group_sums(const float* in, int width, float* out) {
   auto run = [&](auto kernel) { cuda::launch(kernel, dim3(1), dim3(32), 0, nullptr, in, out); };
   switch (width) {
-    case 1: run(warp_group_sums_kernel<1>); break;
-    case 2: run(warp_group_sums_kernel<2>); break;
-    case 4: run(warp_group_sums_kernel<4>); break;
-    case 8: run(warp_group_sums_kernel<8>); break;
-    case 16: run(warp_group_sums_kernel<16>); break;
-    case 32: run(warp_group_sums_kernel<32>); break;
-    default: throw Error("warp_group_sums: width must be a power of two <= 32");
+    case 1:
+      run(warp_group_sums_kernel<1>);
+      break;
+    case 2:
+      run(warp_group_sums_kernel<2>);
+      break;
+    case 4:
+      run(warp_group_sums_kernel<4>);
+      break;
+    case 8:
+      run(warp_group_sums_kernel<8>);
+      break;
+    case 16:
+      run(warp_group_sums_kernel<16>);
+      break;
+    case 32:
+      run(warp_group_sums_kernel<32>);
+      break;
+    default:
+      throw Error("warp_group_sums: width must be a power of two <= 32");
   }
   SPECDEC_CUDA_CHECK_LAUNCH("warp_group_sums_kernel");
 }

@@ -82,7 +82,8 @@ TEST_CASE("scattered warp sums equal plain butterfly sums bit for bit", "[cuda-e
     for (int width : {32, 16}) {
       for (int slots = 1; slots <= width; slots *= 2) {
         INFO("width " << width << " slots " << slots);
-        const auto values = random_floats(32u * static_cast<unsigned>(slots), 100u + slots, -3.0f, 3.0f);
+        const auto values =
+            random_floats(32u * static_cast<unsigned>(slots), 100u + slots, -3.0f, 3.0f);
         DeviceBuffer<float> in(values);
         DeviceBuffer<float> scattered(32);
         DeviceBuffer<float> plain(values.size());
@@ -96,7 +97,8 @@ TEST_CASE("scattered warp sums equal plain butterfly sums bit for bit", "[cuda-e
           const int group = lane / width * width;
           INFO("lane " << lane << " slot " << slot);
           REQUIRE(same_bits(sc[lane], pl[lane * slots + slot]));
-          REQUIRE(same_bits(pl[lane * slots + slot], pl[group * slots + slot]));  // the group agrees
+          REQUIRE(
+              same_bits(pl[lane * slots + slot], pl[group * slots + slot]));  // the group agrees
           double ref = 0.0;
           for (int l = group; l < group + width; ++l) ref += values[l * slots + slot];
           REQUIRE(std::abs(sc[lane] - ref) <= 1e-5);

@@ -62,7 +62,8 @@ inline std::vector<float> gemm_xwT(const std::vector<float>& w, const std::vecto
     for (int r = 0; r < out; ++r) {
       double s = 0.0;
       for (int k = 0; k < in; ++k) {
-        s += double{w[static_cast<std::size_t>(r) * in + k]} * x[static_cast<std::size_t>(t) * in + k];
+        s += double{w[static_cast<std::size_t>(r) * in + k]} *
+             x[static_cast<std::size_t>(t) * in + k];
       }
       y[static_cast<std::size_t>(t) * out + r] = static_cast<float>(s);
     }
@@ -113,13 +114,15 @@ inline void norm_head(float* x, int hd, const std::vector<float>& w, float eps) 
   for (int d = 0; d < hd; ++d) x[d] = static_cast<float>(x[d] * inv * w[d]);
 }
 
-inline float silu_mul(float g, float u) { return static_cast<float>(g / (1.0 + std::exp(-double{g})) * u); }
+inline float silu_mul(float g, float u) {
+  return static_cast<float>(g / (1.0 + std::exp(-double{g})) * u);
+}
 
 /// Causal GQA attention of n new tokens at positions start .. start + n - 1 over a cache holding
 /// positions 0 .. start + n - 1. q: [n][n_heads][hd]; k, v: [n_kv][capacity][hd] (as f32).
 inline std::vector<float> attention(const std::vector<float>& q, const std::vector<float>& k,
-                                    const std::vector<float>& v, int n, int n_heads, int n_kv, int hd,
-                                    int capacity, int start, float scale) {
+                                    const std::vector<float>& v, int n, int n_heads, int n_kv,
+                                    int hd, int capacity, int start, float scale) {
   const int group = n_heads / n_kv;
   std::vector<float> out(static_cast<std::size_t>(n) * n_heads * hd);
   for (int t = 0; t < n; ++t) {
@@ -140,7 +143,8 @@ inline std::vector<float> attention(const std::vector<float>& q, const std::vect
       for (auto& e : s) l += (e = std::exp(e - m));
       for (int d = 0; d < hd; ++d) {
         double acc = 0.0;
-        for (int j = 0; j < keys; ++j) acc += s[j] * v[(static_cast<std::size_t>(kvh) * capacity + j) * hd + d];
+        for (int j = 0; j < keys; ++j)
+          acc += s[j] * v[(static_cast<std::size_t>(kvh) * capacity + j) * hd + d];
         out[(static_cast<std::size_t>(t) * n_heads + h) * hd + d] = static_cast<float>(acc / l);
       }
     }

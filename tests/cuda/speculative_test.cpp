@@ -17,7 +17,8 @@
 
 using specdec::token_t;
 
-TEST_CASE("greedy speculative decoding: emulated CUDA pair == CPU pair", "[cuda-emu][transformer][decoder]") {
+TEST_CASE("greedy speculative decoding: emulated CUDA pair == CPU pair",
+          "[cuda-emu][transformer][decoder]") {
   const auto target = specdec::test::load_f16("target-f32.gguf");
   const auto draft = specdec::test::load_f16("draft-f32.gguf");
   if (!target || !draft) {
@@ -30,7 +31,8 @@ TEST_CASE("greedy speculative decoding: emulated CUDA pair == CPU pair", "[cuda-
     std::string line;
     // One code prompt and one prose prompt (the file lists the code prompts first).
     for (int i = 0; std::getline(in, line); ++i) {
-      if (i == 0 || i == 20) prompts.push_back(nlohmann::json::parse(line).at("prompt_ids").get<std::vector<token_t>>());
+      if (i == 0 || i == 20)
+        prompts.push_back(nlohmann::json::parse(line).at("prompt_ids").get<std::vector<token_t>>());
     }
   }
   REQUIRE(prompts.size() == 2);
@@ -49,14 +51,16 @@ TEST_CASE("greedy speculative decoding: emulated CUDA pair == CPU pair", "[cuda-
   for (const auto& prompt : prompts) {
     specdec::cpu::Transformer cpu_target(target->config, target->store, cpu_options);
     specdec::cpu::Transformer cpu_draft(draft->config, draft->store, cpu_options);
-    specdec::SpeculativeDecoder cpu_decoder(cpu_draft, cpu_target, specdec::SpeculativeOptions{.k = 4});
+    specdec::SpeculativeDecoder cpu_decoder(cpu_draft, cpu_target,
+                                            specdec::SpeculativeOptions{.k = 4});
     const auto expected = cpu_decoder.generate(prompt, config).tokens;
 
     specdec::cuda::Transformer gpu_target(target->config, target->store, cuda_options);
     specdec::cuda::Transformer gpu_draft(draft->config, draft->store, cuda_options);
     specdec::cuda::HostLogits target_view(gpu_target);
     specdec::cuda::HostLogits draft_view(gpu_draft);
-    specdec::SpeculativeDecoder gpu_decoder(draft_view, target_view, specdec::SpeculativeOptions{.k = 4});
+    specdec::SpeculativeDecoder gpu_decoder(draft_view, target_view,
+                                            specdec::SpeculativeOptions{.k = 4});
     const auto speculative = gpu_decoder.generate(prompt, config);
     CHECK(speculative.tokens == expected);
     CHECK(speculative.stats.rounds < config.max_new_tokens);  // the draft was of some use

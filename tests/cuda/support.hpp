@@ -35,7 +35,8 @@ class DeviceBuffer {
   }
   explicit DeviceBuffer(std::span<const T> values) : DeviceBuffer(values.size()) { upload(values); }
   DeviceBuffer(const std::vector<T>& values) : DeviceBuffer(std::span<const T>(values)) {}
-  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(o.count_) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), count_(o.count_) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(count_, o.count_);

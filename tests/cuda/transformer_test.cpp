@@ -8,9 +8,9 @@
 #include <memory>
 #include <vector>
 
+#include "model_f16.hpp"
 #include "specdec/cpu/transformer.hpp"
 #include "specdec/cuda/transformer.hpp"
-#include "model_f16.hpp"
 #include "support.hpp"
 
 namespace {
@@ -63,7 +63,8 @@ TEST_CASE("cuda::Transformer matches cpu::Transformer (F16 weights)", "[cuda-emu
       if (target && kv == specdec::cuda::Options::Kv::f32) break;
       INFO(file << ", KV cache " << (kv == specdec::cuda::Options::Kv::f16 ? "f16" : "f32"));
       specdec::cpu::Options cpu_options;
-      cpu_options.kv_type = kv == specdec::cuda::Options::Kv::f16 ? specdec::cpu::KvType::f16 : specdec::cpu::KvType::f32;
+      cpu_options.kv_type = kv == specdec::cuda::Options::Kv::f16 ? specdec::cpu::KvType::f16
+                                                                  : specdec::cpu::KvType::f32;
       cpu_options.context_length = 128;
       specdec::cpu::Transformer cpu(model->config, model->store, cpu_options);
       auto options = emulator_friendly();
@@ -78,18 +79,19 @@ TEST_CASE("cuda::Transformer matches cpu::Transformer (F16 weights)", "[cuda-emu
         REQUIRE(got.rows == tokens.size());
         REQUIRE(gpu.cached() == cpu.cached());
         const double error = worst_row_error(host_copy(gpu, got), expected);
-        INFO(tokens.size() << " tokens at " << cpu.cached() - tokens.size() << ": relative error " << error);
+        INFO(tokens.size() << " tokens at " << cpu.cached() - tokens.size() << ": relative error "
+                           << error);
         CHECK(error <= tolerance);
       };
       const auto p = prompt(21);
       // Prefill of 21 tokens: cuBLAS with the activations rounded to f16.
       compare(p, 1e-3);
-      compare(std::vector<token_t>{42}, 1e-3);                 // decode
-      compare(std::vector<token_t>{7, 8, 9, 10, 11}, 1e-3);   // verify of 5
+      compare(std::vector<token_t>{42}, 1e-3);               // decode
+      compare(std::vector<token_t>{7, 8, 9, 10, 11}, 1e-3);  // verify of 5
       cpu.rollback(23);
       gpu.rollback(23);
-      compare(std::vector<token_t>{12, 13, 14}, 1e-3);        // after a rollback
-      compare(prompt(16), 1e-3);                              // 16: the largest skinny step
+      compare(std::vector<token_t>{12, 13, 14}, 1e-3);  // after a rollback
+      compare(prompt(16), 1e-3);                        // 16: the largest skinny step
     }
   }
 }

@@ -116,7 +116,7 @@ TEST_CASE("process_logits matches Hugging Face transformers' warpers", "[process
 TEST_CASE("process_logits matches a plain full-sort reference on random inputs", "[process]") {
   std::mt19937_64 gen(1234);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int trial = 0; trial < 3000; ++trial) {
+  for (int trial = 0; trial < 1200; ++trial) {
     const std::size_t vocab = std::vector<std::size_t>{1, 2, 3, 7, 50, 600}[trial % 6];
     const float scale = std::vector<float>{0.5f, 2.0f, 6.0f}[(trial / 6) % 3];
     std::vector<float> logits(vocab);

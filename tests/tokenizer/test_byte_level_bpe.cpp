@@ -3,6 +3,7 @@
 // reading, and what read_hf_tokenizer_json() refuses.
 
 #include <fstream>
+#include <random>
 
 #include "fixtures.hpp"
 #include "internal.hpp"
@@ -98,7 +99,9 @@ TEST_CASE("The Oniguruma-to-PCRE2 rewrite keeps \\s equal to Unicode White_Space
 
 TEST_CASE("read_hf_tokenizer_json refuses tokenizers it cannot reproduce", "[tokenizer][bpe]") {
   const auto original = test::load_json(json_path("llama3-bpe"));
-  const auto dir = std::filesystem::temp_directory_path() / "specdec-test-tokenizer-json";
+  // A directory of its own: the release and sanitizer builds may run this test at the same time.
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("specdec-test-tokenizer-json-" + std::to_string(std::random_device{}()));
   std::filesystem::create_directories(dir);
   const auto error_of = [&](const nlohmann::json& j) -> std::string {
     const auto path = (dir / "tokenizer.json").string();

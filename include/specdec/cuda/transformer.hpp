@@ -36,11 +36,11 @@ struct Options {
   enum class Weights : std::uint8_t { f16, bf16 };
   enum class Kv : std::uint8_t { f16, f32 };
 
-  Weights weights = Weights::f16;  ///< matrices and embedding table on the device
-  Kv kv = Kv::f16;                 ///< KV cache element type
-  std::size_t context_length = 0;  ///< 0: the model's context length
+  Weights weights = Weights::f16;     ///< matrices and embedding table on the device
+  Kv kv = Kv::f16;                    ///< KV cache element type
+  std::size_t context_length = 0;     ///< 0: the model's context length
   std::size_t max_step_tokens = 256;  ///< longer forward() inputs are processed in steps of this
-  bool cuda_graphs = true;         ///< capture steps of <= 16 tokens once per shape and replay
+  bool cuda_graphs = true;            ///< capture steps of <= 16 tokens once per shape and replay
   int device = 0;
   /// Threads per block of the row-wise kernels and warps per block of the skinny GEMM and the
   /// attention. 0: the GPU defaults; the emulated tests pass small values to run faster.

@@ -1,0 +1,230 @@
+// bench_cpu: CPU backend decode speed, multi-token cost and memory-roofline fraction.
+//
+//   bench_cpu MODEL.gguf [MODEL.gguf ...] [--threads 1,2] [--repeats 15] [--noisy]
+//
+// For each model and thread count it prints:
+//   - the read bandwidth this binary measures right before (best of several passes over 1 GiB,
+//     the same thread count): the roofline's denominator;
+//   - T(n), the median wall time of one forward call of n = 1, 2, 4, 8, 16 tokens after a 32-token
+//     prompt (the call is rolled back after each repeat, so every repeat sees the same context);
+//   - decode tokens/s = 1 / T(1), the roofline time = (bytes of weights read per forward + KV
+//     cache read) / bandwidth, and its fraction of T(1) (median and best);
+//   - T(n) / T(1).
+// --noisy repeats the decode measurement at 1 and 2 threads while one competing CPU-bound process
+// (a busy loop, forked) runs. Then the resident memory of the last model: file-backed pages (the
+// memory-mapped weights) and anonymous ones (KV cache and buffers).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "specdec/cpu/kernels.hpp"
+#include "specdec/cpu/transformer.hpp"
+#include "specdec/model/loader.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using specdec::token_t;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+/// Read bandwidth in bytes/s with `threads` threads streaming disjoint halves of a buffer larger
+/// than the last-level cache; best of `passes`.
+double read_bandwidth(std::size_t threads, int passes = 5) {
+  static std::vector<std::uint64_t> buffer = [] {
+    std::vector<std::uint64_t> b((std::size_t{1} << 30) / 8);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = i;
+    return b;
+  }();
+  double best = 0;
+  for (int p = 0; p < passes; ++p) {
+    std::vector<std::uint64_t> sums(threads * 8);
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    const std::size_t per = buffer.size() / threads;
+    for (std::size_t t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        // Eight independent sums so that the loop is bound by loads, not by the add chain.
+        std::uint64_t s[8] = {};
+        const std::uint64_t* p = buffer.data() + t * per;
+        for (std::size_t i = 0; i + 8 <= per; i += 8)
+          for (int j = 0; j < 8; ++j) s[j] += p[i + j];
+        std::copy(s, s + 8, sums.begin() + t * 8);
+      });
+    for (auto& th : pool) th.join();
+    const double bw = static_cast<double>(per * threads * 8) / seconds_since(t0);
+    best = std::max(best, bw);
+    if (std::find(sums.begin(), sums.end(), 42) != sums.end()) fmt::print("");  // keep the sums alive
+  }
+  return best;
+}
+
+/// Bytes of weights one forward call reads: every layer matrix and the output head (the embedding
+/// contributes n rows, negligible).
+std::size_t weight_bytes_per_forward(const specdec::ModelConfig& c, const specdec::WeightStore& w) {
+  std::size_t total = 0;
+  for (const auto& [name, t] : w.tensors()) {
+    if (name.starts_with("blk.") && t.shape.size() == 2) total += t.nbytes;
+  }
+  const specdec::Tensor* out = w.find("output.weight");
+  total += (out != nullptr && !c.tied_embeddings ? out : &w.get("token_embd.weight"))->nbytes;
+  return total;
+}
+
+struct Timing {
+  double median, best;
+};
+
+/// T(n): forward of n tokens after `context` cached, rolled back after each repeat.
+Timing time_forward(specdec::cpu::Transformer& model, std::size_t n, std::size_t context, int repeats) {
+  std::vector<token_t> tokens(n);
+  std::mt19937 rng(static_cast<unsigned>(n));
+  for (auto& t : tokens) t = static_cast<token_t>(rng() % model.vocab_size());
+  std::vector<double> times;
+  model.forward(tokens);  // warm-up
+  model.rollback(context);
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    model.forward(tokens);
+    times.push_back(seconds_since(t0));
+    model.rollback(context);
+  }
+  return {median(times), *std::min_element(times.begin(), times.end())};
+}
+
+struct Memory {
+  std::size_t rss_kb = 0, file_kb = 0, anon_kb = 0;
+};
+Memory resident_memory() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  Memory m;
+  while (in >> key) {
+    std::size_t value = 0;
+    if (key == "VmRSS:") in >> m.rss_kb;
+    else if (key == "RssFile:") in >> m.file_kb;
+    else if (key == "RssAnon:") in >> m.anon_kb;
+    else continue;
+    (void)value;
+  }
+  return m;
+}
+
+/// A forked busy loop (the "noisy neighbour"), killed when this goes out of scope.
+class BusyProcess {
+ public:
+  BusyProcess() : pid_(fork()) {
+    if (pid_ == 0) {
+      volatile std::uint64_t x = 1;
+      for (;;) x = x * 6364136223846793005ull + 1;
+    }
+  }
+  ~BusyProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  BusyProcess(const BusyProcess&) = delete;
+  BusyProcess& operator=(const BusyProcess&) = delete;
+
+ private:
+  pid_t pid_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"CPU backend benchmark: decode speed, T(n)/T(1), memory-roofline fraction"};
+  std::vector<std::string> models;
+  std::vector<std::size_t> thread_counts = {1, 2};
+  std::vector<std::size_t> ns = {1, 2, 4, 8, 16};
+  int repeats = 15;
+  std::size_t context = 32;
+  bool noisy = false;
+  app.add_option("models", models, "GGUF files or Hugging Face folders")->required();
+  app.add_option("--threads", thread_counts, "thread counts")->delimiter(',')->capture_default_str();
+  app.add_option("--tokens", ns, "tokens per forward call")->delimiter(',')->capture_default_str();
+  app.add_option("--repeats", repeats, "timed calls per measurement (median reported)")->capture_default_str();
+  app.add_option("--context", context, "prompt length before the timed calls")->capture_default_str();
+  app.add_flag("--noisy", noisy, "also time decode next to a competing CPU-bound process");
+  CLI11_PARSE(app, argc, argv);
+
+  fmt::print("# bench_cpu: isa {}, physical cores {}, repeats {}, context {}\n",
+             specdec::cpu::isa_name(specdec::cpu::default_isa()), specdec::cpu::physical_cores(), repeats, context);
+  fmt::print("| model | threads | GB/s | weights MB | T(1) ms | tok/s | roofline ms | fraction (median / best) |");
+  for (std::size_t n : ns)
+    if (n != 1) fmt::print(" T({})/T(1) |", n);
+  fmt::print("\n|---|---:|---:|---:|---:|---:|---:|---:|");
+  for (std::size_t n : ns)
+    if (n != 1) fmt::print("---:|");
+  fmt::print("\n");
+
+  Memory memory_before_last{}, memory_after_last{};
+  std::size_t kv_bytes_last = 0, weight_file_bytes_last = 0;
+  for (const std::string& path : models) {
+    memory_before_last = resident_memory();
+    const specdec::LoadedModel loaded = specdec::load_model(path);
+    const std::size_t weight_bytes = weight_bytes_per_forward(loaded.config, *loaded.weights);
+    const std::string label = loaded.name.empty() ? path : loaded.name;
+    for (std::size_t threads : thread_counts) {
+      specdec::cpu::Transformer model(loaded, {.threads = threads});
+      std::vector<token_t> prompt(context);
+      for (std::size_t i = 0; i < context; ++i) prompt[i] = static_cast<token_t>((i * 7919) % loaded.config.vocab_size);
+      model.forward(prompt);
+      const double bandwidth = read_bandwidth(threads);
+      std::vector<Timing> t;
+      for (std::size_t n : ns) t.push_back(time_forward(model, n, context, repeats));
+      // KV read per decode step: K and V of every cached position, every layer.
+      const std::size_t kv_read = loaded.config.n_layers * 2 * loaded.config.kv_dim() * (context + 1) * 4;
+      const double roofline = static_cast<double>(weight_bytes + kv_read) / bandwidth;
+      fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.2f} | {:.1f} | {:.2f} | {:.2f} / {:.2f} |", label, threads,
+                 bandwidth / 1e9, static_cast<double>(weight_bytes) / 1e6, t[0].median * 1e3, 1.0 / t[0].median,
+                 roofline * 1e3, roofline / t[0].median, roofline / t[0].best);
+      for (std::size_t i = 1; i < ns.size(); ++i) fmt::print(" {:.2f} |", t[i].median / t[0].median);
+      fmt::print("\n");
+      std::fflush(stdout);
+      memory_after_last = resident_memory();
+      kv_bytes_last = model.kv_cache_bytes();
+    }
+    weight_file_bytes_last = loaded.weights->total_bytes();
+
+    if (noisy) {
+      BusyProcess neighbour;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (std::size_t threads : {std::size_t{1}, std::size_t{2}}) {
+        specdec::cpu::Transformer model(loaded, {.threads = threads});
+        std::vector<token_t> prompt(context, 1);
+        model.forward(prompt);
+        const Timing t = time_forward(model, 1, context, repeats);
+        fmt::print("noisy neighbour: {} threads={} decode T(1) median {:.2f} ms, best {:.2f} ms\n", label, threads,
+                   t.median * 1e3, t.best * 1e3);
+      }
+    }
+  }
+  fmt::print("\nresident memory after the last model (weights {:.0f} MB in the file, KV cache allocation {:.0f} MB):\n",
+             static_cast<double>(weight_file_bytes_last) / 1e6, static_cast<double>(kv_bytes_last) / 1e6);
+  fmt::print("  before loading: RSS {:.0f} MB (file {:.0f}, anonymous {:.0f})\n", memory_before_last.rss_kb / 1e3,
+             memory_before_last.file_kb / 1e3, memory_before_last.anon_kb / 1e3);
+  fmt::print("  after running:  RSS {:.0f} MB (file-backed {:.0f} = the mapped weights, anonymous {:.0f})\n",
+             memory_after_last.rss_kb / 1e3, memory_after_last.file_kb / 1e3, memory_after_last.anon_kb / 1e3);
+  return 0;
+}

@@ -1,0 +1,407 @@
+#pragma once
+// Block-level building blocks of the sampling kernels: one thread block works on one row of V
+// values (a distribution or a row of logits).
+//
+// Bit-exactness with the host sampling core (include/specdec/sampling/verify.hpp). Every
+// decision the host makes from a processed distribution is reproduced bit for bit:
+//   - acceptance u * q(x) < p(x) and the Philox uniforms are the core's own SPECDEC_HD functions;
+//   - the inverse CDF's block sums follow the core's fixed association: 256-entry blocks, each
+//     summed by 8 lanes (lane j adds entries j, j + 8, ... in order, starting from 0) combined as
+//     ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Here a group of 8 threads owns a block,
+//     thread j of the group is lane j, and an xor-butterfly over 1, 2, 4 forms exactly that tree
+//     (IEEE addition is commutative, so both partners of a butterfly hold the same bits);
+//   - the double-precision totals, the crossing-block search and the walk inside the crossing
+//     block are serial, in the core's order, on thread 0 (a few hundred operations).
+// Processing logits into a distribution (process_row) reproduces the core's kept set exactly
+// for temperature and top-k (an exact radix select) and min-p, and for top-p except when the
+// cumulative mass lands within rounding of top_p; the probabilities themselves differ from the
+// host's by rounding (device expf, parallel sums). See docs/cuda.md.
+
+#include "common/reduce.cuh"
+#include "specdec/sampling/philox.hpp"
+#include "specdec/sampling/process.hpp"
+#include "specdec/sampling/verify.hpp"
+
+namespace specdec::cuda::sampling_device {
+
+using sampling::VerifyError;
+using sampling::VerifyOutcome;
+
+inline constexpr int kScanBlock = static_cast<int>(sampling::kScanBlock);  // 256
+inline constexpr int kGroup = 8;                                           // lanes per block sum
+
+SPECDEC_HD constexpr int scan_blocks(int vocab) { return (vocab + kScanBlock - 1) / kScanBlock; }
+
+// ------------------------------------------------------------------ lane-order block sums
+
+/// sums[c * blocks + b] = the core's lane-order sum of weight c over scan block b, for the
+/// `Count` weights that entry(i, values) produces for entry i. Returns (in every thread)
+/// whether entry() reported a negative input anywhere. Ends with a barrier.
+template <int Count, class Entry>
+SPECDEC_DEVICE bool lane_order_block_sums(const Entry& entry, int vocab, float* sums) {
+  const int blocks = scan_blocks(vocab);
+  const int group = static_cast<int>(threadIdx.x) / kGroup;
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const int groups = static_cast<int>(blockDim.x) / kGroup;
+  bool negative = false;
+  // The trip count is the same for every thread, so every shuffle has its whole warp.
+  for (int base = 0; base < blocks; base += groups) {
+    const int b = base + group;
+    float acc[Count];
+    SPECDEC_UNROLL
+    for (int c = 0; c < Count; ++c) acc[c] = 0.0f;
+    if (b < blocks) {
+      const int end = min_of(b * kScanBlock + kScanBlock, vocab);
+      for (int i = b * kScanBlock + lane; i < end; i += kGroup) {
+        float v[Count];
+        negative |= entry(i, v);
+        SPECDEC_UNROLL
+        for (int c = 0; c < Count; ++c) acc[c] += v[c];
+      }
+    }
+    SPECDEC_UNROLL
+    for (int c = 0; c < Count; ++c) {
+      float s = acc[c];
+      s += __shfl_xor_sync(kFullMask, s, 1);
+      s += __shfl_xor_sync(kFullMask, s, 2);
+      s += __shfl_xor_sync(kFullMask, s, 4);
+      if (b < blocks && lane == 0) sums[c * blocks + b] = s;
+    }
+  }
+  return __syncthreads_or(negative) != 0;
+}
+
+/// The core's detail::inverse_cdf with pass 1's block sums given (`sums`, `blocks` of them):
+/// identical arithmetic, run by one thread.
+template <class Weight>
+SPECDEC_DEVICE token_t inverse_cdf_serial(const Weight& w, int vocab, const float* sums,
+                                          double total, double u) {
+  const double target = u * total;
+  double cum = 0;
+  const int blocks = scan_blocks(vocab);
+  for (int b = 0; b < blocks; ++b) {
+    const double block = static_cast<double>(sums[b]);
+    if (!(target < cum + block)) {
+      cum += block;
+      continue;
+    }
+    const int begin = b * kScanBlock;
+    const int end = min_of(begin + kScanBlock, vocab);
+    int last_nonzero = begin;
+    for (int i = begin; i < end; ++i) {
+      const float wi = w(i);
+      if (wi > 0.0f) {
+        cum += static_cast<double>(wi);
+        last_nonzero = i;
+        if (target < cum) return static_cast<token_t>(i);
+      }
+    }
+    return static_cast<token_t>(last_nonzero);
+  }
+  for (int i = vocab; i-- > 0;) {
+    if (w(i) > 0.0f) return static_cast<token_t>(i);
+  }
+  return 0;
+}
+
+/// Sum of the first `blocks` block sums in order, in double (the core's pass-1 total).
+SPECDEC_DEVICE double ordered_total(const float* sums, int blocks) {
+  double total = 0;
+  for (int b = 0; b < blocks; ++b) total += static_cast<double>(sums[b]);
+  return total;
+}
+
+/// Thread 0's outcome, returned in every thread. (VerifyOutcome has default member
+/// initialisers, which a __shared__ variable may not have: it travels as raw shared bytes.)
+SPECDEC_DEVICE VerifyOutcome broadcast_outcome(const VerifyOutcome& from_thread0) {
+  __shared__ double storage[(sizeof(VerifyOutcome) + sizeof(double) - 1) / sizeof(double)];
+  if (threadIdx.x == 0) memcpy(storage, &from_thread0, sizeof(VerifyOutcome));
+  __syncthreads();
+  VerifyOutcome out;
+  memcpy(&out, storage, sizeof(VerifyOutcome));
+  __syncthreads();  // the storage may be rewritten by the next call
+  return out;
+}
+
+// ------------------------------------------------------------------ row samplers
+// All threads of the block call them; the outcome is returned in every thread. `sums` is shared
+// memory for 3 * scan_blocks(vocab) floats. They begin and end with a barrier.
+
+/// The core's sample_row: the bonus token from the distribution p.
+SPECDEC_DEVICE VerifyOutcome sample_plain_row(const float* p, int vocab, float u, int row,
+                                              float* sums) {
+  __syncthreads();
+  const bool negative = lane_order_block_sums<1>(
+      [&](int i, float(&v)[1]) {
+        v[0] = p[i];
+        return p[i] < 0.0f;
+      },
+      vocab, sums);
+  VerifyOutcome out;
+  if (threadIdx.x == 0) {
+    const double total = ordered_total(sums, scan_blocks(vocab));
+    if (sampling::detail::check_row(sampling::detail::RowStats{total, negative}, true,
+                                    static_cast<std::size_t>(row), out)) {
+      out.next = inverse_cdf_serial([&](int i) { return p[i]; }, vocab, sums, total,
+                                    static_cast<double>(u));
+    }
+  }
+  return broadcast_outcome(out);
+}
+
+/// The core's sample_residual_row: norm(max(0, p - q)), or p when the residual has no mass.
+SPECDEC_DEVICE VerifyOutcome sample_residual_row(const float* p, const float* q, int vocab, float u,
+                                                 int row, float* sums) {
+  __shared__ int negative_q;
+  __syncthreads();
+  if (threadIdx.x == 0) negative_q = 0;
+  __syncthreads();
+  const int blocks = scan_blocks(vocab);
+  const bool negative_p = lane_order_block_sums<3>(
+      [&](int i, float(&v)[3]) {
+        v[0] = sampling::detail::positive_part(p[i] - q[i]);
+        v[1] = p[i];
+        v[2] = q[i];
+        if (q[i] < 0.0f) negative_q = 1;  // benign race: every writer stores 1
+        return p[i] < 0.0f;
+      },
+      vocab, sums);
+  VerifyOutcome out;
+  if (threadIdx.x == 0) {
+    const double total = ordered_total(sums, blocks);
+    const double p_sum = ordered_total(sums + blocks, blocks);
+    const double q_sum = ordered_total(sums + 2 * blocks, blocks);
+    const auto at = static_cast<std::size_t>(row);
+    if (sampling::detail::check_row({p_sum, negative_p}, true, at, out) &&
+        sampling::detail::check_row({q_sum, negative_q != 0}, false, at, out)) {
+      if (total > 0) {
+        out.next =
+            inverse_cdf_serial([&](int i) { return sampling::detail::positive_part(p[i] - q[i]); },
+                               vocab, sums, total, static_cast<double>(u));
+      } else {
+        out.next = inverse_cdf_serial([&](int i) { return p[i]; }, vocab, sums + blocks, p_sum,
+                                      static_cast<double>(u));
+      }
+    }
+  }
+  return broadcast_outcome(out);
+}
+
+/// The core's sample_exclude_one_row: p without entry x, or p when that has no mass.
+SPECDEC_DEVICE VerifyOutcome sample_exclude_one_row(const float* p, int vocab, int x, float u,
+                                                    int row, float* sums) {
+  __syncthreads();
+  const int blocks = scan_blocks(vocab);
+  const bool negative = lane_order_block_sums<2>(
+      [&](int i, float(&v)[2]) {
+        v[0] = i == x ? 0.0f : p[i];
+        v[1] = p[i];
+        return p[i] < 0.0f;
+      },
+      vocab, sums);
+  VerifyOutcome out;
+  if (threadIdx.x == 0) {
+    const double total = ordered_total(sums, blocks);
+    const double p_sum = ordered_total(sums + blocks, blocks);
+    if (sampling::detail::check_row({p_sum, negative}, true, static_cast<std::size_t>(row), out)) {
+      if (total > 0) {
+        out.next = inverse_cdf_serial([&](int i) { return i == x ? 0.0f : p[i]; }, vocab, sums,
+                                      total, static_cast<double>(u));
+      } else {
+        out.next = inverse_cdf_serial([&](int i) { return p[i]; }, vocab, sums + blocks, p_sum,
+                                      static_cast<double>(u));
+      }
+    }
+  }
+  return broadcast_outcome(out);
+}
+
+// ------------------------------------------------------------------ argmax and selection
+
+/// Index of the largest of row[0 .. n) (the lowest index on ties) and whether every entry is
+/// finite, in every thread. Begins with a barrier (via block_all_reduce).
+struct RowArgmax {
+  int index;
+  bool finite;
+};
+SPECDEC_DEVICE RowArgmax row_argmax(const float* row, int n) {
+  ArgMax best{-INFINITY, 0x7fffffff};
+  bool finite = true;
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) {
+    const float v = row[i];
+    finite = finite && sampling::detail::finite(v);
+    best = ArgMaxOp{}(best, ArgMax{v, i});
+  }
+  best = block_argmax(best);
+  const bool all_finite = __syncthreads_and(finite) != 0;
+  // All -inf or NaN rows leave the sentinel index: report 0, as the host's argmax_row would.
+  return RowArgmax{best.index == 0x7fffffff ? 0 : best.index, all_finite};
+}
+
+/// Total order of floats as unsigned integers (larger float -> larger key).
+SPECDEC_DEVICE unsigned order_key(float v) {
+  const unsigned bits = __float_as_uint(v);
+  return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+}
+SPECDEC_DEVICE float from_order_key(unsigned key) {
+  return __uint_as_float((key & 0x80000000u) != 0 ? key & 0x7fffffffu : ~key);
+}
+
+/// The k-th largest (1-based) of row[0 .. n), exactly (what std::nth_element finds), by a radix
+/// select over order_key: 4 passes of 8-bit digit histograms (integer counts: deterministic).
+SPECDEC_DEVICE float kth_largest(const float* row, int n, int k) {
+  __shared__ int histogram[256];
+  __shared__ unsigned prefix_shared;
+  __shared__ int remaining_shared;
+  unsigned prefix = 0;  // the digits decided so far, in their positions
+  unsigned mask = 0;    // which bits of the key are decided
+  int remaining = k;    // rank still to find among the keys matching the prefix
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    __syncthreads();
+    for (int d = static_cast<int>(threadIdx.x); d < 256; d += static_cast<int>(blockDim.x))
+      histogram[d] = 0;
+    __syncthreads();
+    for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) {
+      const unsigned key = order_key(row[i]);
+      if ((key & mask) == prefix) atomicAdd(&histogram[(key >> shift) & 0xffu], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int digit = 255;
+      for (; digit > 0; --digit) {
+        if (remaining <= histogram[digit]) break;
+        remaining -= histogram[digit];
+      }
+      prefix_shared = prefix | (static_cast<unsigned>(digit) << shift);
+      remaining_shared = remaining;
+    }
+    __syncthreads();
+    prefix = prefix_shared;
+    remaining = remaining_shared;
+    mask |= 0xffu << shift;
+  }
+  return from_order_key(prefix);
+}
+
+// ------------------------------------------------------------------ logits -> distribution
+
+/// Status of a processed row: 0, or 1 + the index of the first non-finite logit.
+struct ProcessStatus {
+  int bad_logit;  ///< -1: none
+};
+
+/// The core's process_logits for one row, in place in `probs` (V floats; holds the logits' copy
+/// on entry is not needed: `logits` is read, `probs` written). Every thread returns the status.
+SPECDEC_DEVICE ProcessStatus process_row(const float* logits, int vocab,
+                                         const sampling::SamplingParams& params, float* probs) {
+  __shared__ double total_shared;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+
+  // The first non-finite logit, if any (the host throws on it).
+  int bad = 0x7fffffff;
+  for (int i = tid; i < vocab; i += threads) {
+    if (!sampling::detail::finite(logits[i]) && i < bad) bad = i;
+  }
+  bad = block_all_reduce(bad, MinOp{});
+  if (bad != 0x7fffffff) return ProcessStatus{bad};
+
+  if (params.temperature <= 0.0f) {  // params.greedy(), which is host-only constexpr
+    const RowArgmax best = row_argmax(logits, vocab);
+    for (int i = tid; i < vocab; i += threads) probs[i] = i == best.index ? 1.0f : 0.0f;
+    __syncthreads();
+    return ProcessStatus{-1};
+  }
+
+  // 1. temperature (probs holds s for now) and the max.
+  float local_max = -INFINITY;
+  for (int i = tid; i < vocab; i += threads) {
+    const float s = sampling::tempered_logit<float>(logits[i], params.temperature);
+    probs[i] = s;
+    local_max = fmaxf(local_max, s);
+  }
+  const float s_max = block_max(local_max);
+
+  // 2. top-k: the k-th largest tempered logit is the threshold (ties at it are kept).
+  float kth = -INFINITY;
+  if (params.top_k > 0 && params.top_k < vocab) kth = kth_largest(probs, vocab, params.top_k);
+
+  // Softmax weights of the kept tokens (the max has weight exactly 1), and their total.
+  double local = 0;
+  for (int i = tid; i < vocab; i += threads) {
+    const float s = probs[i];
+    const float w = s >= kth ? expf(s - s_max) : 0.0f;
+    probs[i] = w;
+    local += static_cast<double>(w);
+  }
+  double total = block_all_reduce(local, SumOp{});
+
+  // 3. top-p: keep the highest-weight tokens (lower index first on ties) while the mass before
+  // them is < top_p * total. The boundary weight w* is found by bisection over its bits: the
+  // largest w* with mass(w >= w*) >= need; then the tokens equal to w* are kept in index order
+  // while the mass before them stays < need.
+  if (params.top_p < 1.0f) {
+    const double need = static_cast<double>(params.top_p) * total;
+    unsigned lo = 0;            // mass(w >= lo) >= need holds for lo = 0 (all mass)
+    unsigned hi = 0x3f800001u;  // just above the largest weight (1): the condition fails
+    while (hi - lo > 1) {
+      const unsigned mid = lo + (hi - lo) / 2;
+      const float t = __uint_as_float(mid);
+      double m = 0;
+      for (int i = tid; i < vocab; i += threads) {
+        if (probs[i] >= t) m += static_cast<double>(probs[i]);
+      }
+      if (block_all_reduce(m, SumOp{}) >= need) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    const float boundary = __uint_as_float(lo);
+    double above = 0;
+    for (int i = tid; i < vocab; i += threads) {
+      if (probs[i] > boundary) above += static_cast<double>(probs[i]);
+    }
+    above = block_all_reduce(above, SumOp{});
+    // Tie j (0-based, in index order) is kept iff above + j * boundary < need.
+    // Walk the row in tiles of blockDim.x consecutive entries, numbering the ties with a scan.
+    int ties_before = 0;
+    for (int begin = 0; begin < vocab; begin += threads) {
+      const int i = begin + tid;
+      const bool tie = i < vocab && probs[i] == boundary && boundary > 0.0f;
+      const auto scan = block_scan(tie ? 1 : 0, SumOp{}, 0);
+      if (i < vocab) {
+        const float w = probs[i];
+        bool keep = w > boundary;
+        if (tie)
+          keep = above + static_cast<double>(ties_before + scan.exclusive) *
+                             static_cast<double>(boundary) <
+                 need;
+        if (!keep) probs[i] = 0.0f;
+      }
+      ties_before += scan.total;
+    }
+  }
+
+  // 4. min-p relative to the largest weight (1).
+  if (params.min_p > 0.0f) {
+    for (int i = tid; i < vocab; i += threads) {
+      if (probs[i] < params.min_p) probs[i] = 0.0f;
+    }
+  }
+
+  // 5. renormalise.
+  local = 0;
+  for (int i = tid; i < vocab; i += threads) local += static_cast<double>(probs[i]);
+  total = block_all_reduce(local, SumOp{});
+  if (threadIdx.x == 0) total_shared = total;
+  __syncthreads();
+  const double scale = 1.0 / total_shared;
+  for (int i = tid; i < vocab; i += threads) {
+    probs[i] = static_cast<float>(static_cast<double>(probs[i]) * scale);
+  }
+  __syncthreads();
+  return ProcessStatus{-1};
+}
+
+}  // namespace specdec::cuda::sampling_device

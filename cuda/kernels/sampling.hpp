@@ -1,0 +1,70 @@
+#pragma once
+// The sampling kernels: logits -> processed distributions, argmax, draft-token sampling and the
+// fused chain verification of B sequences (FlashInfer's chain_speculative_sampling layout, the
+// same as include/specdec/sampling/batch.hpp):
+//   q         B x k x V      draft distributions
+//   draft     B x k          drafted tokens
+//   p         B x (k+1) x V  target distributions (or target logits, through verify_from_logits)
+//   accepted  B              n_b
+//   emitted   B x (k+1)      x_0 ... x_(n_b - 1), next_b, then -1
+// Sequence b draws its uniforms from stream b of `seed` at counters counter + 0 ... counter + k:
+// the sampling core's convention (docs/math.md, section 7). Given the same p, q and drafted
+// tokens, verify_chain makes bit for bit the decisions of the host's verify_chain_batch
+// (cuda/common/sampling.cuh explains how). All pointers are device pointers; `threads` is the
+// block size (a multiple of 32; one block per row or sequence).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "specdec/common.hpp"
+#include "specdec/sampling/process.hpp"
+#include "specdec/sampling/verify.hpp"
+
+namespace specdec::cuda::kernels {
+
+/// probs[r] = the processed distribution of logits[r] (rows x vocab), as process_logits on the
+/// host; bad_logit[r] = -1, or the index of the first NaN / infinite logit of the row (then
+/// probs[r] is unspecified).
+void process_logits(const float* logits, int rows, int vocab,
+                    const sampling::SamplingParams& params, float* probs, int* bad_logit,
+                    cudaStream_t stream, int threads = 256);
+
+/// out[r] = the index of the largest entry of x[r] (the lowest index on ties).
+void argmax_rows(const float* x, int rows, int vocab, token_t* out, cudaStream_t stream,
+                 int threads = 256);
+
+/// Draft sampling, one row per sequence: q[r] = processed(logits[r]) and tokens[r] = a sample of
+/// q[r] with the uniform philox_uniform(seed, stream_base + r, counter) (greedy: the argmax, no
+/// uniform), exactly as the host's process_logits + sample_from given that q. bad_logit as in
+/// process_logits (then tokens[r] = -1).
+void sample_rows(const float* logits, int rows, int vocab, const sampling::SamplingParams& params,
+                 std::uint64_t seed, std::uint64_t stream_base, std::uint64_t counter, float* q,
+                 token_t* tokens, int* bad_logit, cudaStream_t stream, int threads = 256);
+
+/// verify_chain for B sequences; outcome[b] carries sequence b's error (VerifyError::none when
+/// the inputs were valid), as verify_chain_row reports it.
+void verify_chain(const float* p, const float* q, const token_t* draft, int batch, int k, int vocab,
+                  std::uint64_t seed, std::uint64_t counter, std::int32_t* accepted,
+                  token_t* emitted, sampling::VerifyOutcome* outcome, cudaStream_t stream,
+                  int threads = 256);
+
+/// verify_chain_onehot for B sequences (point-mass proposals: no q).
+void verify_chain_onehot(const float* p, const token_t* draft, int batch, int k, int vocab,
+                         std::uint64_t seed, std::uint64_t counter, std::int32_t* accepted,
+                         token_t* emitted, sampling::VerifyOutcome* outcome, cudaStream_t stream,
+                         int threads = 256);
+
+/// verify_chain_greedy for B sequences. With rows_are_logits the rows are the target's raw
+/// logits (greedy processing is an argmax, so no distribution is needed; rows are only checked
+/// for NaN / infinity); otherwise they are distributions, checked as the host checks them.
+void verify_chain_greedy(const float* rows, bool rows_are_logits, const token_t* draft, int batch,
+                         int k, int vocab, std::int32_t* accepted, token_t* emitted,
+                         sampling::VerifyOutcome* outcome, cudaStream_t stream, int threads = 256);
+
+/// Copies B outcomes to the host (waiting for the stream) and throws specdec::Error for the first
+/// sequence with an error, naming it, like the host's batched entry points.
+void throw_on_error(const sampling::VerifyOutcome* outcome, int batch, const char* what,
+                    cudaStream_t stream);
+
+}  // namespace specdec::cuda::kernels
