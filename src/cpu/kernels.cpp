@@ -282,69 +282,103 @@ InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols) {
 
 namespace {
 
+/// round(x) with halves away from zero, as C's roundf, for |x| < 2^22 (exact in double); NaN
+/// gives 0 (as the AVX-512 packing's conversion does).
+inline std::int32_t round_half_away(float x) {
+  if (x != x) return 0;
+  return static_cast<std::int32_t>(static_cast<double>(x) + (x >= 0.0f ? 0.5 : -0.5));
+}
+
 /// llama.cpp's quantize_row_q8_0: d = amax / 127, q = round(x / d) (half away from zero), and the
-/// scale used in dot products is d rounded to f16.
+/// scale used in dot products is d rounded to f16. NaNs are left out of amax and quantise to 0.
 void quantize_q8_0_block(const float* x, std::int8_t* q, float* d_out) {
   float amax = 0.0f;
-  for (std::size_t j = 0; j < q8_block_elems; ++j) amax = std::max(amax, std::fabs(x[j]));
+  for (std::size_t j = 0; j < q8_block_elems; ++j) {
+    const float a = std::fabs(x[j]);
+    amax = a > amax ? a : amax;
+  }
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  for (std::size_t j = 0; j < q8_block_elems; ++j) q[j] = static_cast<std::int8_t>(std::round(x[j] * id));
+  for (std::size_t j = 0; j < q8_block_elems; ++j) q[j] = static_cast<std::int8_t>(round_half_away(x[j] * id));
   *d_out = f16_to_f32(f32_to_f16(d));
 }
 
 }  // namespace
 
 void PackedInput::pack(Isa isa, DType weight_dtype, const float* x, std::size_t n, std::size_t cols, std::size_t ldx) {
+  prepare(isa, weight_dtype, n, cols);
+  pack_columns(x, ldx, 0, cols);
+}
+
+std::size_t PackedInput::column_granule() const noexcept { return format_ == InputFormat::f32 ? 16 : 32; }
+
+void PackedInput::prepare(Isa isa, DType weight_dtype, std::size_t n, std::size_t cols) {
   // Also makes sure the AMX permission was requested before any tile instruction runs.
-  if (!isa_supported(isa)) throw Error(fmt::format("PackedInput::pack: {} is not supported here", isa_name(isa)));
+  if (!isa_supported(isa)) throw Error(fmt::format("PackedInput::prepare: {} is not supported here", isa_name(isa)));
   isa_ = isa;
   format_ = input_format(isa, weight_dtype, cols);
   n_ = n;
   cols_ = cols;
-  const std::size_t chunks = (n + 15) / 16;
+  const std::size_t chunks = (n + 15) / 16, blocks = cols / q8_block_elems;
+  // The tile formats pad the last chunk to 16 tokens. The padding lanes are never zeroed: each
+  // tile result element depends on its own token only, and padded tokens' results are dropped.
+  switch (format_) {
+    case InputFormat::f32: f32_.resize(n * cols); break;
+    case InputFormat::bf16_tiles: bf16_.resize(chunks * cols * 16); break;
+    case InputFormat::q8_0_rows:
+      q8_.resize(n * cols);
+      scales_.resize(n * blocks);
+      break;
+    case InputFormat::q8_0_tiles:
+      q8_.resize(chunks * blocks * 512);
+      scales_.resize(chunks * blocks * 16);
+      break;
+  }
+}
+
+void PackedInput::pack_columns(const float* x, std::size_t ldx, std::size_t col_begin, std::size_t col_end) {
+  const std::size_t n = n_, cols = cols_;
   switch (format_) {
     case InputFormat::f32:
-      f32_.resize(n * cols);
-      for (std::size_t t = 0; t < n; ++t) std::memcpy(f32_.data() + t * cols, x + t * ldx, cols * sizeof(float));
-      break;
+      for (std::size_t t = 0; t < n; ++t)
+        std::memcpy(f32_.data() + t * cols + col_begin, x + t * ldx + col_begin, (col_end - col_begin) * sizeof(float));
+      return;
     case InputFormat::bf16_tiles: {
-      // [chunk][step = k / 32][pair = (k % 32) / 2][token % 16][k % 2]
-      const std::size_t steps = cols / 32;
-      bf16_.assign(chunks * steps * 512, 0);
+      // As uint32 pairs: [chunk][pair / 16][pair % 16][token % 16], pair = k / 2.
+      const std::size_t pairs = cols / 2, p0 = col_begin / 2, p1 = col_end / 2;
+      auto* dst = reinterpret_cast<std::uint32_t*>(bf16_.data());
+      if (isa_ == Isa::amx) return detail::pack_bf16_tiles_avx512(x, n, ldx, pairs, p0, p1, dst);  // AMX has AVX-512
       for (std::size_t t = 0; t < n; ++t) {
-        std::uint16_t* chunk = bf16_.data() + (t / 16) * steps * 512;
-        for (std::size_t k = 0; k < cols; ++k)
-          chunk[(k / 32) * 512 + ((k % 32) / 2) * 32 + (t % 16) * 2 + k % 2] = f32_to_bf16(x[t * ldx + k]);
+        std::uint32_t* chunk = dst + (t / 16) * pairs * 16 + t % 16;
+        const float* xt = x + t * ldx;
+        for (std::size_t p = p0; p < p1; ++p)
+          chunk[p * 16] = f32_to_bf16(xt[2 * p]) | (static_cast<std::uint32_t>(f32_to_bf16(xt[2 * p + 1])) << 16);
       }
-      break;
+      return;
     }
     case InputFormat::q8_0_rows: {
       const std::size_t blocks = cols / q8_block_elems;
-      q8_.resize(n * cols);
-      scales_.resize(n * blocks);
       for (std::size_t t = 0; t < n; ++t)
-        for (std::size_t b = 0; b < blocks; ++b)
+        for (std::size_t b = col_begin / 32; b < col_end / 32; ++b)
           quantize_q8_0_block(x + t * ldx + b * 32, q8_.data() + t * cols + b * 32, scales_.data() + t * blocks + b);
-      break;
+      return;
     }
     case InputFormat::q8_0_tiles: {
-      // int8 [chunk][block][k4 = (k % 32) / 4][token % 16][k % 4]; scales [chunk][block][token % 16]
-      const std::size_t blocks = cols / q8_block_elems;
-      q8_.assign(chunks * blocks * 512, 0);
-      scales_.assign(chunks * blocks * 16, 0.0f);
-      std::array<std::int8_t, 32> q{};
+      // As uint32 groups of 4 quants: [chunk][block][k / 4 % 8][token % 16];
+      // scales [chunk][block][token % 16].
+      const std::size_t blocks = cols / q8_block_elems, b0 = col_begin / 32, b1 = col_end / 32;
+      auto* dst = reinterpret_cast<std::uint32_t*>(q8_.data());
+      if (isa_ == Isa::amx) return detail::pack_q8_0_tiles_avx512(x, n, ldx, blocks, b0, b1, dst, scales_.data());
+      alignas(4) std::int8_t q[32];
       for (std::size_t t = 0; t < n; ++t) {
         const std::size_t c = t / 16, lane = t % 16;
-        for (std::size_t b = 0; b < blocks; ++b) {
-          float d = 0.0f;
-          quantize_q8_0_block(x + t * ldx + b * 32, q.data(), &d);
-          std::int8_t* tile = q8_.data() + (c * blocks + b) * 512;
-          for (std::size_t k = 0; k < 32; ++k) tile[(k / 4) * 64 + lane * 4 + k % 4] = q[k];
-          scales_[(c * blocks + b) * 16 + lane] = d;
+        for (std::size_t b = b0; b < b1; ++b) {
+          quantize_q8_0_block(x + t * ldx + b * 32, q, &scales_[(c * blocks + b) * 16 + lane]);
+          std::uint32_t* tile = dst + (c * blocks + b) * 128 + lane;
+          for (std::size_t g = 0; g < 8; ++g) std::memcpy(tile + g * 16, q + 4 * g, 4);
         }
       }
-      break;
+      return;
     }
   }
 }

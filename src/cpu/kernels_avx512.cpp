@@ -196,4 +196,68 @@ void swiglu_avx512(const float* gate, const float* up, float* out, std::size_t c
 
 float sum_squares_avx512(const float* x, std::size_t count) { return dot16(x, x, false, count); }
 
+namespace {
+
+/// f32 -> bf16 bits in the low half of each lane, nearest even, NaN kept quiet (as f32_to_bf16).
+inline __m512i to_bf16_bits(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+  const __mmask16 nan = _mm512_cmp_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+                                              _mm512_set1_epi32(0x7f800000), _MM_CMPINT_NLE);
+  return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40)));
+}
+
+/// roundf(): nearest, halves away from zero.
+inline __m512 round_half_away(__m512 r) {
+  const __m512 t = _mm512_roundscale_ps(r, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(r, t));
+  const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_and_ps(r, _mm512_set1_ps(-0.0f)));  // +-1
+  return _mm512_mask_add_ps(t, up, t, one);
+}
+
+}  // namespace
+
+void pack_bf16_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t pairs, std::size_t p0,
+                            std::size_t p1, std::uint32_t* out) {
+  const __m512i scatter = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(16));
+  for (std::size_t t = 0; t < n; ++t) {
+    std::uint32_t* chunk = out + (t / 16) * pairs * 16 + t % 16;
+    const float* xt = x + t * ldx;
+    for (std::size_t p = p0; p < p1; p += 16) {
+      const __m256i lo = _mm512_cvtepi32_epi16(to_bf16_bits(_mm512_loadu_ps(xt + 2 * p)));
+      const __m256i hi = _mm512_cvtepi32_epi16(to_bf16_bits(_mm512_loadu_ps(xt + 2 * p + 16)));
+      const __m512i pair_words = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // 16 (even, odd) pairs
+      _mm512_i32scatter_epi32(chunk + p * 16, scatter, pair_words, 4);
+    }
+  }
+}
+
+void pack_q8_0_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t blocks, std::size_t b0,
+                            std::size_t b1, std::uint32_t* out, float* scales) {
+  const __m512i scatter = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0),
+                                             _mm512_set1_epi32(16));
+  for (std::size_t t = 0; t < n; ++t) {
+    const std::size_t c = t / 16, lane = t % 16;
+    for (std::size_t b = b0; b < b1; ++b) {
+      const float* xb = x + t * ldx + b * 32;
+      const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+      // max_ps returns its second operand when either is NaN: NaNs never reach amax.
+      const __m512 m = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_max_ps(_mm512_abs_ps(v1), _mm512_setzero_ps()));
+      const float amax = _mm512_reduce_max_ps(m);
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const __m512 vid = _mm512_set1_ps(id);
+      const __m128i q0 = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, vid))));
+      const __m128i q1 = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, vid))));
+      const __m512i q = _mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
+      std::uint32_t* tile = out + (c * blocks + b) * 128 + lane;
+      _mm512_mask_i32scatter_epi32(tile, 0x00ff, scatter, q, 4);
+      scales[(c * blocks + b) * 16 + lane] = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+  }
+}
+
 }  // namespace specdec::cpu::detail

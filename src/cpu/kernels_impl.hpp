@@ -81,6 +81,13 @@ struct AmxQ8Args {
   std::size_t ldy;
 };
 void q8_matmul_amx(const AmxQ8Args& a);
+/// The AMX activation layouts (kernels.hpp: PackedInput) written with AVX-512, bitwise the same as
+/// the portable packing: pairs [p0, p1) of `pairs` (bf16), blocks [b0, b1) of `blocks` (Q8_0), of
+/// tokens [0, n). Padding lanes are left as they are.
+void pack_bf16_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t pairs, std::size_t p0,
+                            std::size_t p1, std::uint32_t* out);
+void pack_q8_0_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t blocks, std::size_t b0,
+                            std::size_t b1, std::uint32_t* out, float* scales);
 /// Requests AMX tile data permission for the process (Linux arch_prctl); true when granted.
 bool amx_request_permission();
 

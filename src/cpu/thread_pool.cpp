@@ -25,11 +25,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Workers keep spinning this long after a job so that the next operation of the same forward
-// pass (usually a few microseconds later) starts without a wake-up; then they sleep.
-constexpr auto worker_spin = std::chrono::microseconds(300);
+// pass (usually a few microseconds later) starts without a wake-up; then they sleep. Short, so
+// that a spinning worker never holds a CPU for long that the caller (or a descheduled thread of
+// ours) needs.
+constexpr auto worker_spin = std::chrono::microseconds(100);
 // The caller waits this long for a task another thread still holds before sleeping, which gives
 // the CPU to that thread if it was descheduled.
-constexpr auto caller_spin = std::chrono::microseconds(30);
+constexpr auto caller_spin = std::chrono::microseconds(20);
 
 // Sleeping and waking on a 32-bit atomic. On Linux the futex system call directly: std::atomic's
 // wait() first spins and yields on its own schedule, and we already spent our spin budget.

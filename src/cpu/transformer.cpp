@@ -147,14 +147,22 @@ struct Transformer::State {
     return layer * layer_stride + (value ? layer_stride / 2 : 0) + head * head_stride + pos * head_dim;
   }
 
-  /// Packs `x` [n][cols] for each distinct input format the matrices need.
+  /// Packs `x` [n][cols] for each distinct input format the matrices need. Several tokens are
+  /// packed by the pool, in column ranges.
   void pack(const float* in, std::size_t n, std::size_t cols, std::initializer_list<const MatrixRef*> ms) {
     std::array<bool, 4> done{};
     for (const MatrixRef* m : ms) {
       const auto f = static_cast<std::size_t>(input_format(isa, m->dtype, cols));
       if (done[f]) continue;
-      packs[f].pack(isa, m->dtype, in, n, cols, cols);
       done[f] = true;
+      PackedInput& p = packs[f];
+      p.prepare(isa, m->dtype, n, cols);
+      const std::size_t granule = p.column_granule();
+      const std::size_t per_task = n < 4 ? cols : std::max(granule, (512 / n + granule - 1) / granule * granule);
+      const std::size_t tasks = (cols + per_task - 1) / per_task;
+      pool->run(tasks, [&](std::size_t task, std::size_t) {
+        p.pack_columns(in, cols, task * per_task, std::min(cols, (task + 1) * per_task));
+      });
     }
   }
   const PackedInput& packed(const MatrixRef& m) const {

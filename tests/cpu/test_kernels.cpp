@@ -204,6 +204,42 @@ TEST_CASE("matmul: every Isa and dtype, tails, token counts", "[cpu][kernels]") 
   }
 }
 
+TEST_CASE("AMX activation tiles hold exactly the portable conversions", "[cpu][kernels]") {
+  if (!cpu::isa_supported(Isa::amx)) {
+    WARN("SKIPPED: no AMX");
+    return;
+  }
+  const std::size_t cols = 96, n = 19;
+  std::vector<float> x = normal_floats(n * cols, 8, 3.0f);
+  // Ties, specials, and exact halves for the Q8_0 rounding.
+  x[0] = 1.0f + std::ldexp(1.0f, -8);
+  x[1] = std::numeric_limits<float>::infinity();
+  x[2] = std::numeric_limits<float>::quiet_NaN();
+  x[3] = -0.0f;
+  x[cols + 40] = std::numeric_limits<float>::quiet_NaN();  // in the second 16 of a Q8_0 block
+  for (std::size_t k = 0; k < 32; ++k) x[5 * cols + k] = static_cast<float>(k) - 15.5f;  // d = 1/8: x/d has halves
+  cpu::PackedInput bf16, q8;
+  bf16.pack(Isa::amx, DType::bf16, x.data(), n, cols, cols);
+  q8.pack(Isa::amx, DType::q8_0, x.data(), n, cols, cols);
+  std::vector<std::byte> reference_q8(cols / 32 * 34);
+  for (std::size_t t = 0; t < n; ++t) {
+    cpu::quantize_row_q8_0(x.data() + t * cols, reference_q8.data(), cols);
+    for (std::size_t k = 0; k < cols; ++k) {
+      const std::uint16_t got = bf16.bf16()[(t / 16) * (cols / 32) * 512 + (k / 32) * 512 + ((k % 32) / 2) * 32 + (t % 16) * 2 + k % 2];
+      const std::uint16_t want = cpu::f32_to_bf16(x[t * cols + k]);
+      REQUIRE(got == want);
+      const std::size_t block = k / 32;
+      const std::int8_t q = q8.q8()[((t / 16) * (cols / 32) + block) * 512 + ((k % 32) / 4) * 64 + (t % 16) * 4 + k % 4];
+      REQUIRE(q == static_cast<std::int8_t>(reference_q8[block * 34 + 2 + k % 32]));
+    }
+    for (std::size_t b = 0; b < cols / 32; ++b) {
+      std::uint16_t d16;
+      std::memcpy(&d16, reference_q8.data() + b * 34, 2);
+      REQUIRE(q8.q8_scales()[((t / 16) * (cols / 32) + b) * 16 + t % 16] == cpu::f16_to_f32(d16));
+    }
+  }
+}
+
 TEST_CASE("attention: every Isa bitwise equal to portable and close to a double reference", "[cpu][kernels]") {
   for (bool f16 : {false, true}) {
     for (std::size_t head_dim : {16, 24, 64, 80}) {

@@ -1,11 +1,12 @@
 // The trained pair (../shared/models/tinyllama-pair) reproduces the greedy continuations of its
 // README's PyTorch reference (greedy-reference.jsonl), token for token, through both file layouts
 // (GGUF with adjacent-pair rotary rows, Hugging Face safetensors with rotate_half rows):
-//  - decoding one token at a time with the KV cache (all 40 prompts; under the sanitizers, whose
-//    instrumented kernels are ~10x slower, the first 8);
+//  - decoding one token at a time with the KV cache;
 //  - teacher-forced: prompt ++ expected continuation in one forward call, whose argmax at every
 //    position must be the next expected token (equivalent to the above given batch invariance,
-//    which the invariant tests check bitwise; cheap enough to run for all prompts everywhere).
+//    which the invariant tests check bitwise).
+// All 40 prompts both ways; under the sanitizers, whose instrumented kernels are ~10x slower, the
+// first 4 prompts decoded and every 4th teacher-forced (the full check is the release build's).
 #include <fmt/format.h>
 
 #include <fstream>
@@ -22,9 +23,9 @@ namespace {
 using specdec::token_t;
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr std::size_t decoded_prompts = 8;
+constexpr std::size_t decoded_prompts = 4, forced_stride = 4;
 #else
-constexpr std::size_t decoded_prompts = 40;
+constexpr std::size_t decoded_prompts = 40, forced_stride = 1;
 #endif
 
 struct Reference {
@@ -90,6 +91,7 @@ TEST_CASE("trained pair reproduces the PyTorch greedy continuations", "[cpu][tin
                                     fmt::join(got, " ")));
       }
       // Teacher-forced: one call over the prompt and the expected continuation.
+      if (p % forced_stride != 0) continue;
       model.reset();
       std::vector<token_t> sequence = refs[p].prompt;
       sequence.insert(sequence.end(), expected.begin(), expected.end() - 1);
@@ -101,6 +103,6 @@ TEST_CASE("trained pair reproduces the PyTorch greedy continuations", "[cpu][tin
     }
     INFO(file);
     CHECK(matching == std::min(decoded_prompts, refs.size()));
-    CHECK(forced_matching == refs.size());
+    CHECK(forced_matching == (refs.size() + forced_stride - 1) / forced_stride);
   }
 }

@@ -108,6 +108,12 @@ class PackedInput {
  public:
   /// x: n rows of `cols` floats, row t at x + t * ldx.
   void pack(Isa isa, DType weight_dtype, const float* x, std::size_t n, std::size_t cols, std::size_t ldx);
+  /// pack() in two steps, so that threads can pack disjoint column ranges: prepare() sizes the
+  /// buffers, then pack_columns() converts columns [col_begin, col_end) of every token. Ranges
+  /// start and end at multiples of column_granule() (or at cols).
+  void prepare(Isa isa, DType weight_dtype, std::size_t n, std::size_t cols);
+  void pack_columns(const float* x, std::size_t ldx, std::size_t col_begin, std::size_t col_end);
+  [[nodiscard]] std::size_t column_granule() const noexcept;
 
   [[nodiscard]] std::size_t n() const noexcept { return n_; }
   [[nodiscard]] std::size_t cols() const noexcept { return cols_; }
