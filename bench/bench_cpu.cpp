@@ -46,14 +46,21 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-/// Read bandwidth in bytes/s with `threads` threads streaming disjoint halves of a buffer larger
-/// than the last-level cache; best of `passes`.
-double read_bandwidth(std::size_t threads, int passes = 5) {
+/// A buffer larger than the last-level cache, touched once (allocated before any model so that
+/// the resident-memory figures of the models do not include it).
+std::vector<std::uint64_t>& bandwidth_buffer() {
   static std::vector<std::uint64_t> buffer = [] {
     std::vector<std::uint64_t> b((std::size_t{1} << 30) / 8);
     for (std::size_t i = 0; i < b.size(); ++i) b[i] = i;
     return b;
   }();
+  return buffer;
+}
+
+/// Read bandwidth in bytes/s with `threads` threads streaming disjoint parts of the buffer; best
+/// of `passes`.
+double read_bandwidth(std::size_t threads, int passes = 5) {
+  const std::vector<std::uint64_t>& buffer = bandwidth_buffer();
   double best = 0;
   for (int p = 0; p < passes; ++p) {
     std::vector<std::uint64_t> sums(threads * 8);
@@ -168,6 +175,7 @@ int main(int argc, char** argv) {
   app.add_flag("--noisy", noisy, "also time decode next to a competing CPU-bound process");
   CLI11_PARSE(app, argc, argv);
 
+  bandwidth_buffer();
   fmt::print("# bench_cpu: isa {}, physical cores {}, repeats {}, context {}\n",
              specdec::cpu::isa_name(specdec::cpu::default_isa()), specdec::cpu::physical_cores(), repeats, context);
   fmt::print("| model | threads | GB/s | weights MB | T(1) ms | tok/s | roofline ms | fraction (median / best) |");
@@ -178,10 +186,13 @@ int main(int argc, char** argv) {
     if (n != 1) fmt::print("---:|");
   fmt::print("\n");
 
-  Memory memory_before_last{}, memory_after_last{};
-  std::size_t kv_bytes_last = 0, weight_file_bytes_last = 0;
+  struct MemoryRow {
+    std::string label;
+    double file_mb, weights_touched_mb, anon_mb, kv_allocated_mb;
+  };
+  std::vector<MemoryRow> memory_rows;
   for (const std::string& path : models) {
-    memory_before_last = resident_memory();
+    const Memory before = resident_memory();
     const specdec::LoadedModel loaded = specdec::load_model(path);
     const std::size_t weight_bytes = weight_bytes_per_forward(loaded.config, *loaded.weights);
     const std::string label = loaded.name.empty() ? path : loaded.name;
@@ -202,10 +213,14 @@ int main(int argc, char** argv) {
       for (std::size_t i = 1; i < ns.size(); ++i) fmt::print(" {:.2f} |", t[i].median / t[0].median);
       fmt::print("\n");
       std::fflush(stdout);
-      memory_after_last = resident_memory();
-      kv_bytes_last = model.kv_cache_bytes();
+      if (threads == thread_counts.back()) {
+        const Memory after = resident_memory();
+        memory_rows.push_back({label, static_cast<double>(loaded.weights->total_bytes()) / 1e6,
+                               static_cast<double>(after.file_kb - before.file_kb) / 1e3,
+                               static_cast<double>(after.anon_kb - before.anon_kb) / 1e3,
+                               static_cast<double>(model.kv_cache_bytes()) / 1e6});
+      }
     }
-    weight_file_bytes_last = loaded.weights->total_bytes();
 
     if (noisy) {
       BusyProcess neighbour;
@@ -220,11 +235,11 @@ int main(int argc, char** argv) {
       }
     }
   }
-  fmt::print("\nresident memory after the last model (weights {:.0f} MB in the file, KV cache allocation {:.0f} MB):\n",
-             static_cast<double>(weight_file_bytes_last) / 1e6, static_cast<double>(kv_bytes_last) / 1e6);
-  fmt::print("  before loading: RSS {:.0f} MB (file {:.0f}, anonymous {:.0f})\n", memory_before_last.rss_kb / 1e3,
-             memory_before_last.file_kb / 1e3, memory_before_last.anon_kb / 1e3);
-  fmt::print("  after running:  RSS {:.0f} MB (file-backed {:.0f} = the mapped weights, anonymous {:.0f})\n",
-             memory_after_last.rss_kb / 1e3, memory_after_last.file_kb / 1e3, memory_after_last.anon_kb / 1e3);
+  fmt::print("\nResident memory added by each model (loaded, one Transformer, {} positions used):\n", context + 16);
+  fmt::print("| model | weights in the file MB | file-backed resident MB (mapped weights) | anonymous MB (KV cache "
+             "pages used, buffers) | KV cache allocation MB (full context) |\n|---|---:|---:|---:|---:|\n");
+  for (const MemoryRow& m : memory_rows)
+    fmt::print("| {} | {:.0f} | {:.0f} | {:.1f} | {:.0f} |\n", m.label, m.file_mb, m.weights_touched_mb, m.anon_mb,
+               m.kv_allocated_mb);
   return 0;
 }

@@ -158,7 +158,8 @@ struct Transformer::State {
       PackedInput& p = packs[f];
       p.prepare(isa, m->dtype, n, cols);
       const std::size_t granule = p.column_granule();
-      const std::size_t per_task = n < 4 ? cols : std::max(granule, (512 / n + granule - 1) / granule * granule);
+      // About 4096 values per task; one task (on this thread) for a single token.
+      const std::size_t per_task = n < 2 ? cols : round_up(std::max<std::size_t>(granule, 4096 / n), granule);
       const std::size_t tasks = (cols + per_task - 1) / per_task;
       pool->run(tasks, [&](std::size_t task, std::size_t) {
         p.pack_columns(in, cols, task * per_task, std::min(cols, (task + 1) * per_task));
