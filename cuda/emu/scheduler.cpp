@@ -192,6 +192,17 @@ void Scheduler::leave(Fiber& f, bool exiting) {
   }
   from_main_ = false;
 #if defined(SPECDEC_EMU_ASAN)
+  if (exiting) {
+    // The exiting fiber's live frames (entry, finish, this one) never return, so ASan never
+    // clears their redzones; clear them now (from a little below this frame to the top of the
+    // stack), so that the next block can build a fresh frame there.
+    const FiberStack& own = stacks_[static_cast<std::size_t>(&f - fibers_.data())];
+    char* const low = static_cast<char*>(own.bottom());
+    char* const top = low + own.size();
+    char* from = static_cast<char*>(__builtin_frame_address(0)) - 4096;
+    if (from < low) from = low;
+    ASAN_UNPOISON_MEMORY_REGION(from, static_cast<std::size_t>(top - from));
+  }
   __sanitizer_start_switch_fiber(exiting ? nullptr : &f.asan_fake_stack, bottom, size);
 #else
   (void)exiting;
@@ -281,6 +292,13 @@ void Scheduler::run(const Launch& launch) {
 }
 
 void Scheduler::run_block(const Launch& launch, std::size_t threads) {
+#if defined(SPECDEC_EMU_ASAN)
+  // Frames abandoned by an earlier Fault left their redzones poisoned, on every stack it used.
+  if (stacks_dirty_) {
+    for (FiberStack& stack : stacks_) ASAN_UNPOISON_MEMORY_REGION(stack.bottom(), stack.size());
+  }
+#endif
+  stacks_dirty_ = false;
   for (std::size_t i = 0; i < threads; ++i) {
     Fiber& f = fibers_[i];
     f.thread.op = Op::none;
@@ -292,13 +310,8 @@ void Scheduler::run_block(const Launch& launch, std::size_t threads) {
               static_cast<unsigned>(i / (std::size_t{launch.block.x} * launch.block.y))};
     f.state = Fiber::State::ready;
     f.asan_fake_stack = nullptr;
-#if defined(SPECDEC_EMU_ASAN)
-    // Frames abandoned by an earlier Fault left their redzones poisoned.
-    if (stacks_dirty_) ASAN_UNPOISON_MEMORY_REGION(stacks_[i].bottom(), stacks_[i].size());
-#endif
     make_context(f.context, stacks_[i], i, &Scheduler::fiber_entry);
   }
-  stacks_dirty_ = false;
   exited_ = 0;
 
   threads_ = threads;

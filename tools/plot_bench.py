@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Plots the JSON of `specdec bench --json` as a PNG: speedup over target-only decoding (left) and
+acceptance rate (right), one row per temperature, bars per configuration (draft model and n-gram
+drafter, each k and adaptive), one colour per prompt domain. Speedup bars are the medians of the
+repeats, with whiskers from the slowest to the fastest repeat.
+
+usage: python3 tools/plot_bench.py BENCH.json OUT.png [--title TEXT]
+Needs matplotlib (pip install matplotlib); only this tool does.
+"""
+
+import argparse
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def short(config: str) -> str:
+    """'draft model k=4' -> 'model\\nk=4', 'n-gram (n<=3) adaptive k' -> 'n-gram\\nadaptive'."""
+    kind = "model" if config.startswith("draft model") else "n-gram"
+    k = config.split()[-1] if "adaptive" not in config else "adaptive"
+    return f"{kind}\n{k}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bench_json")
+    ap.add_argument("out_png")
+    ap.add_argument("--title", default=None)
+    args = ap.parse_args()
+    data = json.load(open(args.bench_json))
+    rows = [r for r in data["results"] if r["drafter"] != "none"]
+    temperatures = sorted({r["temperature"] for r in rows})
+    domains = [d for d in dict.fromkeys(r["domain"] for r in rows) if d != "all"] or ["all"]
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    colours = {"code": "#1f77b4", "prose": "#ff7f0e", "all": "#2ca02c"}
+
+    fig, axes = plt.subplots(len(temperatures), 2, figsize=(13, 3.6 * len(temperatures)), squeeze=False)
+    width = 0.8 / len(domains)
+    for ti, temp in enumerate(temperatures):
+        ax_s, ax_a = axes[ti]
+        for di, domain in enumerate(domains):
+            sel = {r["config"]: r for r in rows if r["temperature"] == temp and r["domain"] == domain}
+            xs = [ci + (di - (len(domains) - 1) / 2) * width for ci in range(len(configs))]
+            speed = [sel[c]["speedup"] for c in configs]
+            lo = [sel[c]["speedup"] - min(sel[c]["speedup_runs"]) for c in configs]
+            hi = [max(sel[c]["speedup_runs"]) - sel[c]["speedup"] for c in configs]
+            ax_s.bar(xs, speed, width, color=colours.get(domain), label=domain, yerr=[lo, hi], capsize=2)
+            ax_a.bar(xs, [sel[c]["acceptance_rate"] for c in configs], width, color=colours.get(domain), label=domain)
+        ax_s.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax_s.set_ylabel("speedup vs target-only")
+        ax_s.set_title(f"speedup (decode tok/s ratio), temperature {temp:g}")
+        ax_a.set_ylim(0, 1)
+        ax_a.set_ylabel("acceptance (accepted / drafted)")
+        ax_a.set_title(f"acceptance rate, temperature {temp:g}")
+        for ax in (ax_s, ax_a):
+            ax.set_xticks(range(len(configs)))
+            ax.set_xticklabels([short(c) for c in configs], fontsize=8)
+            ax.grid(axis="y", alpha=0.3)
+            ax.legend(fontsize=8)
+    title = args.title or f"specdec bench: {data['target'].split('/')[-1]} + {str(data['draft']).split('/')[-1]}"
+    fig.suptitle(f"{title}\n{data['command']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(args.out_png, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
