@@ -20,8 +20,8 @@ void check_logits(const LogitsView& v, std::size_t rows, std::size_t vocab, cons
     throw Error(fmt::format("DeviceSampler::{}: the logits must be in device memory", what));
   }
   if (v.vocab != vocab || v.rows < rows) {
-    throw Error(fmt::format("DeviceSampler::{}: logits are {} x {}, need at least {} x {}", what, v.rows,
-                            v.vocab, rows, vocab));
+    throw Error(fmt::format("DeviceSampler::{}: logits are {} x {}, need at least {} x {}", what,
+                            v.rows, v.vocab, rows, vocab));
   }
 }
 
@@ -36,8 +36,8 @@ struct DeviceSampler::Impl {
   DeviceArray<std::int32_t> accepted;
   DeviceArray<int> bad_logit;
   DeviceArray<sampling::VerifyOutcome> outcome;
-  PinnedArray<token_t> staging_tokens;     // [max_k + 1]
-  PinnedArray<int> staging_bad;            // [max_k + 1]
+  PinnedArray<token_t> staging_tokens;  // [max_k + 1]
+  PinnedArray<int> staging_bad;         // [max_k + 1]
   PinnedArray<std::int32_t> staging_accepted;
   PinnedArray<sampling::VerifyOutcome> staging_outcome;
   bool p_valid = false;
@@ -69,33 +69,37 @@ DeviceSampler::DeviceSampler(DeviceSampler&&) noexcept = default;
 DeviceSampler& DeviceSampler::operator=(DeviceSampler&&) noexcept = default;
 
 token_t DeviceSampler::draft(const LogitsView& logits, std::size_t row, std::size_t slot,
-                             const sampling::SamplingParams& params, std::uint64_t seed, std::uint64_t stream,
-                             std::uint64_t counter) {
+                             const sampling::SamplingParams& params, std::uint64_t seed,
+                             std::uint64_t stream, std::uint64_t counter) {
   Impl& m = *impl_;
   sampling::validate(params);
   check_logits(logits, row + 1, m.vocab, "draft");
-  if (slot >= m.max_k) throw Error(fmt::format("DeviceSampler::draft: slot {} >= max_k {}", slot, m.max_k));
+  if (slot >= m.max_k)
+    throw Error(fmt::format("DeviceSampler::draft: slot {} >= max_k {}", slot, m.max_k));
   const int V = static_cast<int>(m.vocab);
-  kernels::sample_rows(logits.data + row * m.vocab, 1, V, params, seed, stream, counter, m.q.get() + slot * m.vocab,
-                       m.token.get(), m.bad_logit.get(), m.stream);
-  SPECDEC_CUDA_CHECK(cudaMemcpyAsync(m.staging_tokens.get(), m.token.get(), sizeof(token_t), cudaMemcpyDeviceToHost,
-                                     m.stream));
-  SPECDEC_CUDA_CHECK(
-      cudaMemcpyAsync(m.staging_bad.get(), m.bad_logit.get(), sizeof(int), cudaMemcpyDeviceToHost, m.stream));
+  kernels::sample_rows(logits.data + row * m.vocab, 1, V, params, seed, stream, counter,
+                       m.q.get() + slot * m.vocab, m.token.get(), m.bad_logit.get(), m.stream);
+  SPECDEC_CUDA_CHECK(cudaMemcpyAsync(m.staging_tokens.get(), m.token.get(), sizeof(token_t),
+                                     cudaMemcpyDeviceToHost, m.stream));
+  SPECDEC_CUDA_CHECK(cudaMemcpyAsync(m.staging_bad.get(), m.bad_logit.get(), sizeof(int),
+                                     cudaMemcpyDeviceToHost, m.stream));
   SPECDEC_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   if (m.staging_bad.get()[0] >= 0) {
-    throw Error(fmt::format("DeviceSampler::draft: logit {} of row {} is NaN or infinite", m.staging_bad.get()[0], row));
+    throw Error(fmt::format("DeviceSampler::draft: logit {} of row {} is NaN or infinite",
+                            m.staging_bad.get()[0], row));
   }
   return m.staging_tokens.get()[0];
 }
 
-sampling::VerifyResult DeviceSampler::verify(const LogitsView& target, std::span<const token_t> drafted,
-                                             const sampling::SamplingParams& params, std::uint64_t seed,
-                                             std::uint64_t counter) {
+sampling::VerifyResult DeviceSampler::verify(const LogitsView& target,
+                                             std::span<const token_t> drafted,
+                                             const sampling::SamplingParams& params,
+                                             std::uint64_t seed, std::uint64_t counter) {
   Impl& m = *impl_;
   sampling::validate(params);
   const std::size_t k = drafted.size();
-  if (k > m.max_k) throw Error(fmt::format("DeviceSampler::verify: {} drafted tokens, max_k is {}", k, m.max_k));
+  if (k > m.max_k)
+    throw Error(fmt::format("DeviceSampler::verify: {} drafted tokens, max_k is {}", k, m.max_k));
   check_logits(target, k + 1, m.vocab, "verify");
   const int V = static_cast<int>(m.vocab);
   const int K = static_cast<int>(k);
@@ -106,23 +110,25 @@ sampling::VerifyResult DeviceSampler::verify(const LogitsView& target, std::span
   }
   m.p_valid = !params.greedy();
   if (params.greedy()) {
-    kernels::verify_chain_greedy(target.data, true, m.drafted.get(), 1, K, V, m.accepted.get(), m.emitted.get(),
-                                 m.outcome.get(), m.stream);
+    kernels::verify_chain_greedy(target.data, true, m.drafted.get(), 1, K, V, m.accepted.get(),
+                                 m.emitted.get(), m.outcome.get(), m.stream);
   } else {
     kernels::process_logits(target.data, K + 1, V, params, m.p.get(), m.bad_logit.get(), m.stream);
-    kernels::verify_chain(m.p.get(), m.q.get(), m.drafted.get(), 1, K, V, seed, counter, m.accepted.get(),
-                          m.emitted.get(), m.outcome.get(), m.stream);
-    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(m.staging_bad.get(), m.bad_logit.get(), (k + 1) * sizeof(int),
-                                       cudaMemcpyDeviceToHost, m.stream));
+    kernels::verify_chain(m.p.get(), m.q.get(), m.drafted.get(), 1, K, V, seed, counter,
+                          m.accepted.get(), m.emitted.get(), m.outcome.get(), m.stream);
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(m.staging_bad.get(), m.bad_logit.get(),
+                                       (k + 1) * sizeof(int), cudaMemcpyDeviceToHost, m.stream));
   }
-  SPECDEC_CUDA_CHECK(cudaMemcpyAsync(m.staging_outcome.get(), m.outcome.get(), sizeof(sampling::VerifyOutcome),
-                                     cudaMemcpyDeviceToHost, m.stream));
+  SPECDEC_CUDA_CHECK(cudaMemcpyAsync(m.staging_outcome.get(), m.outcome.get(),
+                                     sizeof(sampling::VerifyOutcome), cudaMemcpyDeviceToHost,
+                                     m.stream));
   SPECDEC_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   if (!params.greedy()) {
     for (std::size_t r = 0; r <= k; ++r) {
       if (m.staging_bad.get()[r] >= 0) {
-        throw Error(fmt::format("DeviceSampler::verify: logit {} of target row {} is NaN or infinite",
-                                m.staging_bad.get()[r], r));
+        throw Error(
+            fmt::format("DeviceSampler::verify: logit {} of target row {} is NaN or infinite",
+                        m.staging_bad.get()[r], r));
       }
     }
   }
@@ -136,7 +142,8 @@ std::vector<float> DeviceSampler::q_rows(std::size_t k) const {
   std::vector<float> out(std::min(k, m.max_k) * m.vocab);
   if (!out.empty()) {
     SPECDEC_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-    SPECDEC_CUDA_CHECK(cudaMemcpy(out.data(), m.q.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    SPECDEC_CUDA_CHECK(
+        cudaMemcpy(out.data(), m.q.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
   }
   return out;
 }
@@ -146,7 +153,8 @@ std::vector<float> DeviceSampler::p_rows(std::size_t k) const {
   if (!m.p_valid) return {};
   std::vector<float> out(std::min(k + 1, m.max_k + 1) * m.vocab);
   SPECDEC_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  SPECDEC_CUDA_CHECK(cudaMemcpy(out.data(), m.p.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  SPECDEC_CUDA_CHECK(
+      cudaMemcpy(out.data(), m.p.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
   return out;
 }
 

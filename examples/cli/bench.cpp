@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -73,7 +73,9 @@ struct Totals {
     accepted += s.accepted;
     decode_seconds += s.decode_seconds;
   }
-  [[nodiscard]] double tokens_per_second() const { return decode_seconds > 0 ? tokens / decode_seconds : 0.0; }
+  [[nodiscard]] double tokens_per_second() const {
+    return decode_seconds > 0 ? tokens / decode_seconds : 0.0;
+  }
 };
 
 double median(std::vector<double> v) {
@@ -101,7 +103,8 @@ void run_bench(BenchOptions o) {
     o.target = (*demo_dir / kDemoTarget).string();
     if (!o.draft && !o.ngram) o.draft = (*demo_dir / kDemoDraft).string();
   }
-  if (!o.draft && !o.ngram) throw Error("bench: give --draft MODEL and/or --ngram N (the drafters to compare)");
+  if (!o.draft && !o.ngram)
+    throw Error("bench: give --draft MODEL and/or --ngram N (the drafters to compare)");
   std::vector<EvalPrompt> prompts;
   std::string prompt_source;
   if (o.prompt_file) {
@@ -111,8 +114,9 @@ void run_bench(BenchOptions o) {
     if (!o.prompts) {
       // eval-prompts.jsonl next to the target (the shared pair's layout), else the demo folder's.
       const auto beside = std::filesystem::path(*o.target).parent_path() / kDemoPrompts;
-      o.prompts = std::filesystem::exists(beside) ? beside.string()
-                                                  : (find_models_dir(o.models_dir) / kDemoPrompts).string();
+      o.prompts = std::filesystem::exists(beside)
+                      ? beside.string()
+                      : (find_models_dir(o.models_dir) / kDemoPrompts).string();
     }
     prompts = read_eval_prompts(*o.prompts);
     prompt_source = *o.prompts;
@@ -130,7 +134,8 @@ void run_bench(BenchOptions o) {
   }
   std::vector<std::vector<token_t>> prompt_ids;
   for (std::size_t i = 0; i < prompts.size(); ++i)
-    prompt_ids.push_back(encode_prompt(target, prompts[i].text, fmt::format("{} (prompt {})", prompt_source, i + 1)));
+    prompt_ids.push_back(encode_prompt(target, prompts[i].text,
+                                       fmt::format("{} (prompt {})", prompt_source, i + 1)));
 
   // The configurations: the baseline first, then each drafter with each k and adaptive k.
   std::vector<DecodeSetup> setups(1);
@@ -151,13 +156,15 @@ void run_bench(BenchOptions o) {
   }
   std::vector<std::string> domains;
   for (const auto& p : prompts)
-    if (std::find(domains.begin(), domains.end(), p.domain) == domains.end()) domains.push_back(p.domain);
+    if (std::find(domains.begin(), domains.end(), p.domain) == domains.end())
+      domains.push_back(p.domain);
   if (domains.size() > 1) domains.push_back("all");
 
   // totals[repeat][temperature][setup][domain]
   using PerDomain = std::map<std::string, Totals>;
   std::vector<std::vector<std::vector<PerDomain>>> totals(
-      o.repeat, std::vector<std::vector<PerDomain>>(o.temperatures.size(), std::vector<PerDomain>(setups.size())));
+      o.repeat, std::vector<std::vector<PerDomain>>(o.temperatures.size(),
+                                                    std::vector<PerDomain>(setups.size())));
   std::size_t greedy_runs = 0, greedy_mismatches = 0;
 
   Progress progress;
@@ -166,9 +173,10 @@ void run_bench(BenchOptions o) {
   for (std::size_t rep = 0; rep < o.repeat; ++rep)
     for (std::size_t ti = 0; ti < o.temperatures.size(); ++ti)
       for (std::size_t pi = 0; pi < prompts.size(); ++pi) {
-        progress.update(fmt::format("bench: repeat {}/{}, temperature {}, prompt {}/{} ({:.0f}% done)", rep + 1,
-                                    o.repeat, o.temperatures[ti], pi + 1, prompts.size(),
-                                    100.0 * static_cast<double>(step++) / static_cast<double>(steps)));
+        progress.update(
+            fmt::format("bench: repeat {}/{}, temperature {}, prompt {}/{} ({:.0f}% done)", rep + 1,
+                        o.repeat, o.temperatures[ti], pi + 1, prompts.size(),
+                        100.0 * static_cast<double>(step++) / static_cast<double>(steps)));
         GenerationConfig config;
         config.max_new_tokens = o.max_new_tokens;
         config.sampling = o.sampling.params(o.temperatures[ti]);
@@ -199,7 +207,9 @@ void run_bench(BenchOptions o) {
           const Totals& t = totals[rep][ti][si][domain];
           const Totals& base = totals[rep][ti][0][domain];
           tps.push_back(t.tokens_per_second());
-          speedups.push_back(base.tokens_per_second() > 0 ? t.tokens_per_second() / base.tokens_per_second() : 0.0);
+          speedups.push_back(base.tokens_per_second() > 0
+                                 ? t.tokens_per_second() / base.tokens_per_second()
+                                 : 0.0);
         }
         const Totals& t = totals[0][ti][si][domain];
         const DecodeSetup& s = setups[si];
@@ -220,8 +230,10 @@ void run_bench(BenchOptions o) {
             {"draft_passes", t.draft_passes},
             {"drafted", t.drafted},
             {"accepted", t.accepted},
-            {"acceptance_rate", t.drafted ? static_cast<double>(t.accepted) / static_cast<double>(t.drafted) : 0.0},
-            {"mean_tokens_per_round", t.rounds ? static_cast<double>(t.tokens) / static_cast<double>(t.rounds) : 0.0},
+            {"acceptance_rate",
+             t.drafted ? static_cast<double>(t.accepted) / static_cast<double>(t.drafted) : 0.0},
+            {"mean_tokens_per_round",
+             t.rounds ? static_cast<double>(t.tokens) / static_cast<double>(t.rounds) : 0.0},
             {"tokens_per_second", median(tps)},
             {"speedup", median(speedups)},
             {"tokens_per_second_runs", tps},
@@ -246,50 +258,63 @@ void run_bench(BenchOptions o) {
         {"results", results}};
     print_json(out);
   } else {
-    fmt::print("target {}{}\nprompts {} ({} prompts), {} new tokens each, {} repeat(s), {} thread(s), medians\n",
-               *o.target, o.draft ? "\ndraft  " + *o.draft : std::string(), prompt_source, prompts.size(),
-               o.max_new_tokens, o.repeat, target.lm->threads());
+    fmt::print(
+        "target {}{}\nprompts {} ({} prompts), {} new tokens each, {} repeat(s), {} thread(s), "
+        "medians\n",
+        *o.target, o.draft ? "\ndraft  " + *o.draft : std::string(), prompt_source, prompts.size(),
+        o.max_new_tokens, o.repeat, target.lm->threads());
     std::string last_group;
     for (const auto& r : results) {
-      const std::string group = fmt::format("temperature {} | {} ({} prompts)", r["temperature"].get<double>(),
-                                            r["domain"].get<std::string>(), r["prompts"].get<std::size_t>());
+      const std::string group =
+          fmt::format("temperature {} | {} ({} prompts)", r["temperature"].get<double>(),
+                      r["domain"].get<std::string>(), r["prompts"].get<std::size_t>());
       if (group != last_group) {
-        fmt::print("\n{}\n  {:<30} {:>9} {:>8} {:>11} {:>13} {:>14}\n", group, "config", "tok/s", "speedup",
-                   "acceptance", "tokens/round", "target passes");
+        fmt::print("\n{}\n  {:<30} {:>9} {:>8} {:>11} {:>13} {:>14}\n", group, "config", "tok/s",
+                   "speedup", "acceptance", "tokens/round", "target passes");
         last_group = group;
       }
       const bool base = r["drafter"] == "none";
-      fmt::print("  {:<30} {:>9.1f} {:>7.2f}x {:>11} {:>13.2f} {:>14}\n", r["config"].get<std::string>(),
-                 r["tokens_per_second"].get<double>(), r["speedup"].get<double>(),
-                 base ? std::string("-") : fmt::format("{:.3f}", r["acceptance_rate"].get<double>()),
-                 r["mean_tokens_per_round"].get<double>(), r["target_passes"].get<std::size_t>());
+      fmt::print(
+          "  {:<30} {:>9.1f} {:>7.2f}x {:>11} {:>13.2f} {:>14}\n", r["config"].get<std::string>(),
+          r["tokens_per_second"].get<double>(), r["speedup"].get<double>(),
+          base ? std::string("-") : fmt::format("{:.3f}", r["acceptance_rate"].get<double>()),
+          r["mean_tokens_per_round"].get<double>(), r["target_passes"].get<std::size_t>());
     }
     if (greedy_runs > 0)
-      fmt::print("\ngreedy (temperature 0): {}/{} speculative runs emitted exactly the baseline's tokens\n",
-                 greedy_runs - greedy_mismatches, greedy_runs);
+      fmt::print(
+          "\ngreedy (temperature 0): {}/{} speculative runs emitted exactly the baseline's "
+          "tokens\n",
+          greedy_runs - greedy_mismatches, greedy_runs);
   }
   if (greedy_mismatches > 0)
-    throw Error(fmt::format("bench: {} of {} greedy speculative runs differ from the baseline", greedy_mismatches,
-                            greedy_runs));
+    throw Error(fmt::format("bench: {} of {} greedy speculative runs differ from the baseline",
+                            greedy_mismatches, greedy_runs));
 }
 
 }  // namespace
 
 void add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "bench", "baseline vs speculative decoding on the same prompts, one process: tokens/s, speedup, acceptance");
-  cmd->add_option("--target", o->target, "target model (default: the bundled demo pair)")->check(CLI::ExistingPath);
+  CLI::App* cmd = app.add_subcommand("bench",
+                                     "baseline vs speculative decoding on the same prompts, one "
+                                     "process: tokens/s, speedup, acceptance");
+  cmd->add_option("--target", o->target, "target model (default: the bundled demo pair)")
+      ->check(CLI::ExistingPath);
   cmd->add_option("--draft", o->draft, "draft model")->check(CLI::ExistingPath);
   cmd->add_option("--ngram", o->ngram, "also benchmark the n-gram (prompt lookup) drafter, n <= N")
       ->check(CLI::Range(std::size_t{1}, std::size_t{64}));
-  auto* prompts = cmd->add_option("--prompts", o->prompts,
-                                  "JSON lines {\"domain\": ..., \"text\": ...} (default: eval-prompts.jsonl beside "
-                                  "the target, else the demo models')")
-                      ->check(CLI::ExistingFile);
-  auto* prompt_file = cmd->add_option("--prompt-file", o->prompt_file, "one prompt, from a text file")->check(CLI::ExistingFile);
+  auto* prompts =
+      cmd->add_option(
+             "--prompts", o->prompts,
+             "JSON lines {\"domain\": ..., \"text\": ...} (default: eval-prompts.jsonl beside "
+             "the target, else the demo models')")
+          ->check(CLI::ExistingFile);
+  auto* prompt_file =
+      cmd->add_option("--prompt-file", o->prompt_file, "one prompt, from a text file")
+          ->check(CLI::ExistingFile);
   prompts->excludes(prompt_file);
-  cmd->add_option("--models-dir", o->models_dir, "where the demo models are (default: found automatically)");
+  cmd->add_option("--models-dir", o->models_dir,
+                  "where the demo models are (default: found automatically)");
   cmd->add_option("-k", o->ks, "draft lengths to run, e.g. 2,4,8")
       ->delimiter(',')
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
@@ -310,7 +335,8 @@ void add_bench(CLI::App& app) {
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
   add_threads_flag(*cmd, o->threads);
-  cmd->add_flag("--json", o->json, "print the results as one JSON object (input of tools/plot_bench.py)");
+  cmd->add_flag("--json", o->json,
+                "print the results as one JSON object (input of tools/plot_bench.py)");
   cmd->callback([o] { run_bench(*o); });
 }
 

@@ -47,7 +47,9 @@ void Progress::clear() {
 // ------------------------------------------------------------------------ models
 
 const Tokenizer& Model::tokenizer() const {
-  if (!file.tokenizer) throw Error(file.source + ": the model file carries no tokenizer, so text prompts cannot be encoded");
+  if (!file.tokenizer)
+    throw Error(file.source +
+                ": the model file carries no tokenizer, so text prompts cannot be encoded");
   return *file.tokenizer;
 }
 
@@ -64,21 +66,23 @@ Model load_model_for_cpu(const std::string& path, std::string_view role, std::si
 
 void check_same_vocabulary(const Model& target, const Model& draft) {
   if (draft.lm->vocab_size() != target.lm->vocab_size())
-    throw Error(fmt::format("the draft {} has a vocabulary of {} tokens but the target {} has {}: the pair must share "
-                            "one tokenizer",
-                            draft.file.source, draft.lm->vocab_size(), target.file.source, target.lm->vocab_size()));
+    throw Error(fmt::format(
+        "the draft {} has a vocabulary of {} tokens but the target {} has {}: the pair must share "
+        "one tokenizer",
+        draft.file.source, draft.lm->vocab_size(), target.file.source, target.lm->vocab_size()));
   if (!draft.file.tokenizer || !target.file.tokenizer) return;  // nothing more to compare
   const Tokenizer& a = *target.file.tokenizer;
   const Tokenizer& b = *draft.file.tokenizer;
   if (a.vocab_size() != b.vocab_size())
-    throw Error(fmt::format("the draft's tokenizer has {} tokens but the target's has {}", b.vocab_size(),
-                            a.vocab_size()));
+    throw Error(fmt::format("the draft's tokenizer has {} tokens but the target's has {}",
+                            b.vocab_size(), a.vocab_size()));
   for (std::size_t i = 0; i < a.vocab_size(); ++i) {
     const auto id = static_cast<token_t>(i);
     if (a.token_piece(id) != b.token_piece(id))
-      throw Error(fmt::format("the draft's and the target's tokenizers differ at token {} ('{}' vs '{}'): the pair "
-                              "must share one tokenizer",
-                              i, b.token_piece(id), a.token_piece(id)));
+      throw Error(fmt::format(
+          "the draft's and the target's tokenizers differ at token {} ('{}' vs '{}'): the pair "
+          "must share one tokenizer",
+          i, b.token_piece(id), a.token_piece(id)));
   }
 }
 
@@ -97,8 +101,9 @@ std::string DecodeSetup::label() const {
   return "?";
 }
 
-GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setup, std::span<const token_t> prompt,
-                            const GenerationConfig& config, const Callbacks& callbacks) {
+GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setup,
+                            std::span<const token_t> prompt, const GenerationConfig& config,
+                            const Callbacks& callbacks) {
   const Tokenizer* tokenizer = target.file.tokenizer.get();
   SpeculativeOptions options;
   options.k = setup.k;
@@ -110,30 +115,33 @@ GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setu
     }
     case DecodeSetup::Drafter::model: {
       if (draft == nullptr) throw Error("a draft model is needed (--draft)");
-      SpeculativeDecoder<cpu::Transformer, cpu::Transformer> decoder(*draft->lm, *target.lm, options, tokenizer,
-                                                                     draft->file.tokenizer.get());
+      SpeculativeDecoder<cpu::Transformer, cpu::Transformer> decoder(
+          *draft->lm, *target.lm, options, tokenizer, draft->file.tokenizer.get());
       return decoder.generate(prompt, config, callbacks);
     }
     case DecodeSetup::Drafter::ngram: {
       NGramDrafter::Options ngram;
       ngram.max_ngram = setup.ngram;
       NGramDrafter drafter(ngram);
-      SpeculativeDecoder<NGramDrafter, cpu::Transformer> decoder(drafter, *target.lm, options, tokenizer);
+      SpeculativeDecoder<NGramDrafter, cpu::Transformer> decoder(drafter, *target.lm, options,
+                                                                 tokenizer);
       return decoder.generate(prompt, config, callbacks);
     }
   }
   throw Error("unknown drafter");
 }
 
-std::vector<token_t> encode_prompt(const Model& target, std::string_view text, std::string_view source) {
+std::vector<token_t> encode_prompt(const Model& target, std::string_view text,
+                                   std::string_view source) {
   std::vector<token_t> ids = target.tokenizer().encode(text, true);
   if (ids.empty()) throw Error(fmt::format("{}: the prompt is empty", source));
   const std::size_t context = target.lm->context_length();
   // The first generated token needs one more position than the prompt.
   if (ids.size() >= context)
-    throw Error(fmt::format("{}: the prompt is {} tokens long but the target's context holds {} (at most {} prompt "
-                            "tokens leave room to generate)",
-                            source, ids.size(), context, context - 1));
+    throw Error(fmt::format(
+        "{}: the prompt is {} tokens long but the target's context holds {} (at most {} prompt "
+        "tokens leave room to generate)",
+        source, ids.size(), context, context - 1));
   return ids;
 }
 
@@ -196,7 +204,8 @@ std::vector<EvalPrompt> read_eval_prompts(const std::string& path) {
       const auto j = nlohmann::json::parse(line);
       prompts.push_back({j.value("domain", std::string("all")), j.at("text").get<std::string>()});
     } catch (const nlohmann::json::exception& e) {
-      throw Error(fmt::format("{}:{}: expected {{\"domain\": ..., \"text\": ...}}: {}", path, line_number, e.what()));
+      throw Error(fmt::format("{}:{}: expected {{\"domain\": ..., \"text\": ...}}: {}", path,
+                              line_number, e.what()));
     }
   }
   if (prompts.empty()) throw Error(fmt::format("{}: no prompts in the file", path));
@@ -209,10 +218,14 @@ std::size_t utf8_sequence(std::string_view s, std::size_t i) {
   const auto c = static_cast<unsigned char>(s[i]);
   std::size_t n = 0;
   if (c < 0x80) return 1;
-  if ((c & 0xe0) == 0xc0 && c >= 0xc2) n = 2;
-  else if ((c & 0xf0) == 0xe0) n = 3;
-  else if ((c & 0xf8) == 0xf0 && c <= 0xf4) n = 4;
-  else return 0;
+  if ((c & 0xe0) == 0xc0 && c >= 0xc2)
+    n = 2;
+  else if ((c & 0xf0) == 0xe0)
+    n = 3;
+  else if ((c & 0xf8) == 0xf0 && c <= 0xf4)
+    n = 4;
+  else
+    return 0;
   if (i + n > s.size()) return 0;
   for (std::size_t j = 1; j < n; ++j)
     if ((static_cast<unsigned char>(s[i + j]) & 0xc0) != 0x80) return 0;
@@ -245,12 +258,12 @@ nlohmann::json stats_json(const GenerationStats& stats) {
 
 std::string stats_line(const GenerationResult& result, bool speculative) {
   const GenerationStats& s = result.stats;
-  std::string line = fmt::format("{} tokens in {:.3f} s ({:.1f} tok/s, prefill {:.3f} s excluded) | {} target passes",
-                                 s.tokens_emitted, s.decode_seconds, s.tokens_per_second, s.prefill_seconds,
-                                 s.target_passes);
+  std::string line = fmt::format(
+      "{} tokens in {:.3f} s ({:.1f} tok/s, prefill {:.3f} s excluded) | {} target passes",
+      s.tokens_emitted, s.decode_seconds, s.tokens_per_second, s.prefill_seconds, s.target_passes);
   if (speculative)
-    line += fmt::format(", {:.2f} tokens/round, acceptance {:.3f} ({}/{} drafted)", s.mean_tokens_per_round,
-                        s.acceptance_rate, s.accepted, s.drafted);
+    line += fmt::format(", {:.2f} tokens/round, acceptance {:.3f} ({}/{} drafted)",
+                        s.mean_tokens_per_round, s.acceptance_rate, s.accepted, s.drafted);
   line += fmt::format(" | stop: {}", to_string(result.stop_reason));
   return line;
 }
@@ -298,7 +311,8 @@ std::filesystem::path find_models_dir(const std::optional<std::string>& override
   };
   if (override_dir) {
     if (!has_pair(*override_dir))
-      throw Error(fmt::format("--models-dir {}: no {} and {} there", *override_dir, kDemoTarget, kDemoDraft));
+      throw Error(fmt::format("--models-dir {}: no {} and {} there", *override_dir, kDemoTarget,
+                              kDemoDraft));
     return *override_dir;
   }
   std::vector<fs::path> candidates;
@@ -316,8 +330,8 @@ std::filesystem::path find_models_dir(const std::optional<std::string>& override
     if (has_pair(dir)) return dir;
   std::string looked;
   for (const auto& dir : candidates) looked += (looked.empty() ? "" : ", ") + dir.string();
-  throw Error(fmt::format("the demo models ({}, {}) are in none of: {} (use --models-dir DIR)", kDemoTarget,
-                          kDemoDraft, looked));
+  throw Error(fmt::format("the demo models ({}, {}) are in none of: {} (use --models-dir DIR)",
+                          kDemoTarget, kDemoDraft, looked));
 }
 
 }  // namespace specdec::cli

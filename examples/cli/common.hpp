@@ -69,9 +69,9 @@ void check_same_vocabulary(const Model& target, const Model& draft);
 struct DecodeSetup {
   enum class Drafter { none, model, ngram };  ///< none: target-only (the baseline)
   Drafter drafter = Drafter::none;
-  std::size_t k = 4;           ///< draft length (fixed)
-  bool adaptive = false;       ///< choose k per round from the running acceptance
-  std::size_t ngram = 3;       ///< n-gram drafter: longest suffix looked up
+  std::size_t k = 4;      ///< draft length (fixed)
+  bool adaptive = false;  ///< choose k per round from the running acceptance
+  std::size_t ngram = 3;  ///< n-gram drafter: longest suffix looked up
 
   [[nodiscard]] std::string label() const;  ///< "baseline", "draft model k=4", "n-gram adaptive k"
 };
@@ -83,7 +83,8 @@ GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setu
 
 /// Tokenizes a prompt with the target's tokenizer (BOS as the model expects) and checks that it
 /// fits the target's context. `source` names the prompt in the error ("--prompt", a file).
-std::vector<token_t> encode_prompt(const Model& target, std::string_view text, std::string_view source);
+std::vector<token_t> encode_prompt(const Model& target, std::string_view text,
+                                   std::string_view source);
 
 /// Streams generated text to stdout as it is emitted. With colours, tokens the target accepted
 /// from the draft are green and the tokens the target chose itself (the correction or the bonus

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -31,7 +31,8 @@ struct DemoPrompt {
 };
 
 // The pair was trained on the Python standard library and the King James Bible (models/README.md);
-// these prompts are from the training domains, so the continuations are in the models' comfort zone.
+// these prompts are from the training domains, so the continuations are in the models' comfort
+// zone.
 constexpr DemoPrompt kPrompts[] = {
     {"code", "def copy(x):\n    \"\"\"Shallow copy operation on arbitrary Python objects.\"\"\"\n"},
     {"prose", "1 In the beginning God created the heaven and the earth.\n2 And the earth was"},
@@ -77,11 +78,13 @@ void run_demo(const DemoOptions& o) {
   const auto dim = [&](const std::string& s) { return colour ? "\x1b[2m" + s + "\x1b[0m" : s; };
   fmt::print("specdec demo: speculative decoding with the bundled pair in {}\n", dir.string());
   fmt::print("  target {} ({} layers, dim {}), draft {} ({} layers, dim {}), {}\n", kDemoTarget,
-             target.file.config.n_layers, target.file.config.dim, kDemoDraft, draft.file.config.n_layers,
-             draft.file.config.dim, spec.label());
-  fmt::print("  sampling at temperature {} (seed {}), {} new tokens per prompt{}\n", o.temperature, o.seed,
-             o.max_new_tokens,
-             colour ? "; \x1b[32mgreen\x1b[0m: drafted by the draft model and accepted by the target" : "");
+             target.file.config.n_layers, target.file.config.dim, kDemoDraft,
+             draft.file.config.n_layers, draft.file.config.dim, spec.label());
+  fmt::print("  sampling at temperature {} (seed {}), {} new tokens per prompt{}\n", o.temperature,
+             o.seed, o.max_new_tokens,
+             colour
+                 ? "; \x1b[32mgreen\x1b[0m: drafted by the draft model and accepted by the target"
+                 : "");
 
   std::vector<std::vector<token_t>> prompts;
   for (const DemoPrompt& p : kPrompts) {
@@ -89,7 +92,8 @@ void run_demo(const DemoOptions& o) {
     fmt::print("\n--- {} ---\n{}", p.domain, dim(p.text));
     std::fflush(stdout);
     StreamPrinter printer(true);
-    (void)run_decode(target, &draft, spec, prompts.back(), config_at(o.temperature), printer.callbacks());
+    (void)run_decode(target, &draft, spec, prompts.back(), config_at(o.temperature),
+                     printer.callbacks());
     printer.finish();
   }
 
@@ -109,10 +113,12 @@ void run_demo(const DemoOptions& o) {
       Row row{kPrompts[pi].domain, temperature};
       std::vector<double> base_tps, spec_tps, ratios;
       for (std::size_t rep = 0; rep < o.repeat; ++rep) {
-        progress.update(fmt::format("measuring {} at temperature {}: run {}/{} ...", row.domain, temperature, rep + 1,
-                                    o.repeat));
-        const GenerationResult b = run_decode(target, nullptr, baseline, prompts[pi], config_at(temperature));
-        const GenerationResult s = run_decode(target, &draft, spec, prompts[pi], config_at(temperature));
+        progress.update(fmt::format("measuring {} at temperature {}: run {}/{} ...", row.domain,
+                                    temperature, rep + 1, o.repeat));
+        const GenerationResult b =
+            run_decode(target, nullptr, baseline, prompts[pi], config_at(temperature));
+        const GenerationResult s =
+            run_decode(target, &draft, spec, prompts[pi], config_at(temperature));
         row.identical = row.identical && b.tokens == s.tokens;
         row.tokens = s.tokens.size();
         row.acceptance = s.stats.acceptance_rate;
@@ -128,18 +134,25 @@ void run_demo(const DemoOptions& o) {
     }
   progress.clear();
 
-  fmt::print("\nspeculative vs target-only decoding, measured in this run (median of {} runs, prefill excluded):\n\n",
-             o.repeat);
-  fmt::print("  {:<7} {:>5} {:>7} {:>15} {:>18} {:>8} {:>11} {:>13} {:>10}\n", "prompt", "temp", "tokens",
-             "baseline tok/s", "speculative tok/s", "speedup", "acceptance", "tokens/round", "identical");
+  fmt::print(
+      "\nspeculative vs target-only decoding, measured in this run (median of {} runs, prefill "
+      "excluded):\n\n",
+      o.repeat);
+  fmt::print("  {:<7} {:>5} {:>7} {:>15} {:>18} {:>8} {:>11} {:>13} {:>10}\n", "prompt", "temp",
+             "tokens", "baseline tok/s", "speculative tok/s", "speedup", "acceptance",
+             "tokens/round", "identical");
   for (const Row& r : rows)
-    fmt::print("  {:<7} {:>5} {:>7} {:>15.1f} {:>18.1f} {:>7.2f}x {:>11.3f} {:>13.2f} {:>10}\n", r.domain,
-               r.temperature, r.tokens, r.baseline_tps, r.spec_tps, r.speedup, r.acceptance, r.tokens_per_round,
+    fmt::print("  {:<7} {:>5} {:>7} {:>15.1f} {:>18.1f} {:>7.2f}x {:>11.3f} {:>13.2f} {:>10}\n",
+               r.domain, r.temperature, r.tokens, r.baseline_tps, r.spec_tps, r.speedup,
+               r.acceptance, r.tokens_per_round,
                r.temperature > 0 ? "-" : (r.identical ? "yes" : "NO"));
   fmt::print(
-      "\nidentical: at temperature 0 the speculative tokens equal the target-only tokens. When sampling, the\n"
-      "output has the target's distribution (not the same tokens: the random numbers are used differently).\n"
-      "Next: specdec generate --target {0}/{1} --draft {0}/{2} --prompt 'def ' --trace trace.html\n",
+      "\nidentical: at temperature 0 the speculative tokens equal the target-only tokens. When "
+      "sampling, the\n"
+      "output has the target's distribution (not the same tokens: the random numbers are used "
+      "differently).\n"
+      "Next: specdec generate --target {0}/{1} --draft {0}/{2} --prompt 'def ' --trace "
+      "trace.html\n",
       dir.string(), kDemoTarget, kDemoDraft);
   for (const Row& r : rows)
     if (r.temperature == 0 && !r.identical)
@@ -150,10 +163,12 @@ void run_demo(const DemoOptions& o) {
 
 void add_demo(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "demo", "the bundled demo pair: stream a code and a prose prompt, then the speedup table (no arguments needed)");
-  cmd->add_option("--models-dir", o->models_dir, "folder with target-q8_0.gguf and draft-q8_0.gguf (default: found "
-                                                 "next to the executable or in the source tree)");
+  CLI::App* cmd = app.add_subcommand("demo",
+                                     "the bundled demo pair: stream a code and a prose prompt, "
+                                     "then the speedup table (no arguments needed)");
+  cmd->add_option("--models-dir", o->models_dir,
+                  "folder with target-q8_0.gguf and draft-q8_0.gguf (default: found "
+                  "next to the executable or in the source tree)");
   cmd->add_option("-n,--max-tokens", o->max_new_tokens, "tokens per prompt")
       ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
       ->capture_default_str();

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -40,7 +40,8 @@ struct GenerateOptions {
 };
 
 void run_generate(const GenerateOptions& o) {
-  if (!o.prompt && !o.prompt_file) throw Error("generate: give the prompt with --prompt TEXT or --prompt-file FILE");
+  if (!o.prompt && !o.prompt_file)
+    throw Error("generate: give the prompt with --prompt TEXT or --prompt-file FILE");
   DecodeSetup setup;
   setup.k = o.k;
   setup.adaptive = o.adaptive;
@@ -52,8 +53,10 @@ void run_generate(const GenerateOptions& o) {
     setup.drafter = DecodeSetup::Drafter::ngram;
     setup.ngram = *o.ngram;
   } else {
-    throw Error("generate: give --draft MODEL or --ngram N for speculative decoding, or --baseline for target-only "
-                "decoding");
+    throw Error(
+        "generate: give --draft MODEL or --ngram N for speculative decoding, or --baseline for "
+        "target-only "
+        "decoding");
   }
   const bool speculative = setup.drafter != DecodeSetup::Drafter::none;
 
@@ -64,8 +67,8 @@ void run_generate(const GenerateOptions& o) {
     check_same_vocabulary(target, *draft);
   }
   const std::string text = o.prompt ? *o.prompt : read_text_file(*o.prompt_file);
-  const std::vector<token_t> prompt =
-      encode_prompt(target, text, o.prompt ? std::string("--prompt") : "--prompt-file " + *o.prompt_file);
+  const std::vector<token_t> prompt = encode_prompt(
+      target, text, o.prompt ? std::string("--prompt") : "--prompt-file " + *o.prompt_file);
 
   GenerationConfig config;
   config.max_new_tokens = o.max_new_tokens;
@@ -79,7 +82,8 @@ void run_generate(const GenerateOptions& o) {
     result = run_decode(target, draft ? &*draft : nullptr, setup, prompt, config);
   } else {
     StreamPrinter printer(speculative);
-    result = run_decode(target, draft ? &*draft : nullptr, setup, prompt, config, printer.callbacks());
+    result =
+        run_decode(target, draft ? &*draft : nullptr, setup, prompt, config, printer.callbacks());
     printer.finish();
   }
 
@@ -138,16 +142,22 @@ void run_generate(const GenerateOptions& o) {
 
 void add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "generate a continuation of a prompt, streamed to stdout");
+  CLI::App* cmd =
+      app.add_subcommand("generate", "generate a continuation of a prompt, streamed to stdout");
   cmd->add_option("--target", o->target, "target model: a .gguf file or a Hugging Face folder")
       ->required()
       ->check(CLI::ExistingPath);
-  auto* draft = cmd->add_option("--draft", o->draft, "draft model (same tokenizer as the target)")->check(CLI::ExistingPath);
-  auto* ngram = cmd->add_option("--ngram", o->ngram, "draft with prompt lookup: the longest recent n-gram match, n <= N")
+  auto* draft = cmd->add_option("--draft", o->draft, "draft model (same tokenizer as the target)")
+                    ->check(CLI::ExistingPath);
+  auto* ngram = cmd->add_option("--ngram", o->ngram,
+                                "draft with prompt lookup: the longest recent n-gram match, n <= N")
                     ->check(CLI::Range(std::size_t{1}, std::size_t{64}));
   draft->excludes(ngram);
-  auto* prompt = cmd->add_option("--prompt", o->prompt, "the prompt text (BOS is added as the model expects)");
-  auto* prompt_file = cmd->add_option("--prompt-file", o->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
+  auto* prompt =
+      cmd->add_option("--prompt", o->prompt, "the prompt text (BOS is added as the model expects)");
+  auto* prompt_file =
+      cmd->add_option("--prompt-file", o->prompt_file, "read the prompt from a file")
+          ->check(CLI::ExistingFile);
   prompt->excludes(prompt_file);
   cmd->add_option("-n,--max-tokens", o->max_new_tokens, "tokens to generate at most")
       ->check(kCount)
@@ -155,13 +165,17 @@ void add_generate(CLI::App& app) {
   cmd->add_option("-k", o->k, "tokens drafted per round")
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
       ->capture_default_str();
-  cmd->add_flag("--adaptive", o->adaptive, "choose k each round from the running acceptance (1..8)");
-  cmd->add_option("--temp", o->temperature, "temperature (0: greedy)")->check(kTemperature)->capture_default_str();
+  cmd->add_flag("--adaptive", o->adaptive,
+                "choose k each round from the running acceptance (1..8)");
+  cmd->add_option("--temp", o->temperature, "temperature (0: greedy)")
+      ->check(kTemperature)
+      ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
   cmd->add_option("--stop", o->stop, "stop when the text contains this string (repeatable)");
   add_threads_flag(*cmd, o->threads);
   cmd->add_flag("--baseline", o->baseline, "target-only decoding (no draft), for comparison");
-  cmd->add_flag("--json", o->json, "print one JSON object (tokens, text, stats) instead of streaming");
+  cmd->add_flag("--json", o->json,
+                "print one JSON object (tokens, text, stats) instead of streaming");
   cmd->add_option("--trace", o->trace, "write an HTML page showing every round");
   cmd->callback([o] { run_generate(*o); });
 }

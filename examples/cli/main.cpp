@@ -13,8 +13,8 @@
 #include <cstdio>
 #include <exception>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -22,7 +22,9 @@
 #include "specdec/version.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"specdec " SPECDEC_VERSION_STRING ": exact speculative decoding for Llama-family models", "specdec"};
+  CLI::App app{"specdec " SPECDEC_VERSION_STRING
+               ": exact speculative decoding for Llama-family models",
+               "specdec"};
   app.set_version_flag("--version", SPECDEC_VERSION_STRING);
   app.require_subcommand(1);
   app.fallthrough();  // --help after a subcommand's options still works

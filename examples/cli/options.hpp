@@ -1,8 +1,8 @@
 #pragma once
 // Command-line flags shared by several subcommands, with their validation.
 
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -46,7 +46,8 @@ inline std::optional<double> parse_number(const std::string& s) {
 inline const CLI::Validator kCount(
     [](std::string& s) -> std::string {
       const auto n = parse_number(s);
-      return n && *n >= 0 && std::floor(*n) == *n ? std::string() : "must be a whole number >= 0, got " + s;
+      return n && *n >= 0 && std::floor(*n) == *n ? std::string()
+                                                  : "must be a whole number >= 0, got " + s;
     },
     "N>=0", "count");
 
@@ -54,7 +55,8 @@ inline const CLI::Validator kCount(
 inline const CLI::Validator kTemperature(
     [](std::string& s) -> std::string {
       const auto t = parse_number(s);
-      return t && std::isfinite(*t) && *t >= 0 ? std::string() : "temperature must be >= 0 (0 is greedy), got " + s;
+      return t && std::isfinite(*t) && *t >= 0 ? std::string()
+                                               : "temperature must be >= 0 (0 is greedy), got " + s;
     },
     "TEMP>=0", "temperature");
 
@@ -62,7 +64,8 @@ inline void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
   cmd.add_option("--top-k", f.top_k, "keep the k most likely tokens (0: off)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd.add_option("--top-p", f.top_p, "nucleus sampling: the smallest set of tokens with this mass, in (0, 1] (1: off)")
+  cmd.add_option("--top-p", f.top_p,
+                 "nucleus sampling: the smallest set of tokens with this mass, in (0, 1] (1: off)")
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
             const auto p = parse_number(s);
@@ -70,10 +73,12 @@ inline void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
           },
           "(0,1]", "top-p"))
       ->capture_default_str();
-  cmd.add_option("--min-p", f.min_p, "drop tokens below min-p x the top probability, in [0, 1] (0: off)")
+  cmd.add_option("--min-p", f.min_p,
+                 "drop tokens below min-p x the top probability, in [0, 1] (0: off)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  cmd.add_option("--seed", f.seed, "random seed (Philox); runs are reproducible from it")->capture_default_str();
+  cmd.add_option("--seed", f.seed, "random seed (Philox); runs are reproducible from it")
+      ->capture_default_str();
 }
 
 inline void add_threads_flag(CLI::App& cmd, std::size_t& threads) {

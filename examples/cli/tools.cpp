@@ -1,7 +1,8 @@
 // The model-file subcommands:
 //   specdec info FILE [--metadata]                     what a model file or folder holds
-//   specdec logits --model M --tokens 1,2,3 --out F    logits of one forward, raw float32 [n x vocab]
-//   specdec convert IN.gguf OUT.gguf --type q8_0|f16   rewrite the weight matrices as Q8_0 or F16
+//   specdec logits --model M --tokens 1,2,3 --out F    logits of one forward, raw float32 [n x
+//   vocab] specdec convert IN.gguf OUT.gguf --type q8_0|f16   rewrite the weight matrices as Q8_0
+//   or F16
 
 #include <cstdio>
 #include <cstring>
@@ -12,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <CLI/CLI.hpp>
 
 #include "commands.hpp"
 #include "common.hpp"
@@ -56,7 +57,8 @@ void run_info(const InfoOptions& o) {
       fmt::print("{}tensors as stored:\n", describe_gguf_metadata(*gguf));
       for (const auto& t : gguf->tensors) {
         const char* type = ggml_type_name(t.ggml_type);
-        fmt::print("  {:<40} {:<8} [{}] {} bytes{}\n", t.name, type ? type : "?", fmt::join(t.shape, ", "), t.nbytes,
+        fmt::print("  {:<40} {:<8} [{}] {} bytes{}\n", t.name, type ? type : "?",
+                   fmt::join(t.shape, ", "), t.nbytes,
                    t.dtype ? "" : "  (type not supported by specdec)");
       }
       std::fflush(stdout);
@@ -83,11 +85,13 @@ void run_logits(const LogitsOptions& o) {
   std::vector<token_t> ids;
   for (const std::int64_t t : o.tokens) {
     if (t < 0 || static_cast<std::uint64_t>(t) >= vocab)
-      throw Error(fmt::format("--tokens: token id {} is outside the model's vocabulary [0, {})", t, vocab));
+      throw Error(
+          fmt::format("--tokens: token id {} is outside the model's vocabulary [0, {})", t, vocab));
     ids.push_back(static_cast<token_t>(t));
   }
   if (ids.size() > context)
-    throw Error(fmt::format("--tokens: {} tokens do not fit the model's context of {}", ids.size(), context));
+    throw Error(fmt::format("--tokens: {} tokens do not fit the model's context of {}", ids.size(),
+                            context));
 
   const LogitsView logits = model.lm->forward(ids);  // [n x vocab], one forward
   if (logits.rows != ids.size() || logits.vocab != vocab || logits.where != Memory::host)
@@ -99,7 +103,8 @@ void run_logits(const LogitsOptions& o) {
   const std::size_t bytes = logits.rows * logits.vocab * sizeof(float);
   out.write(reinterpret_cast<const char*>(logits.data), static_cast<std::streamsize>(bytes));
   if (!out.flush()) throw Error(fmt::format("--out {}: write failed", o.out));
-  fmt::print(stderr, "wrote {} x {} float32 logits ({} bytes) to {}\n", logits.rows, logits.vocab, bytes, o.out);
+  fmt::print(stderr, "wrote {} x {} float32 logits ({} bytes) to {}\n", logits.rows, logits.vocab,
+             bytes, o.out);
 }
 
 // ------------------------------------------------------------------------ convert
@@ -113,34 +118,42 @@ struct ConvertOptions {
 void run_convert(const ConvertOptions& o) {
   std::error_code ec;
   if (std::filesystem::equivalent(o.in, o.out, ec))
-    throw Error(fmt::format("convert: the output {} is the input file (it is read while the output is written)", o.out));
+    throw Error(fmt::format(
+        "convert: the output {} is the input file (it is read while the output is written)",
+        o.out));
   const DType type = o.type == "q8_0" ? DType::q8_0 : DType::f16;
   const ConvertReport report = convert_gguf(o.in, o.out, type);
   std::uint64_t before = 0;
   for (const auto& t : report.tensors) {
-    fmt::print("  {:<32} [{}] {} -> {} ({} -> {} bytes)\n", t.name, fmt::join(t.shape, ", "), dtype_name(t.from),
-               dtype_name(t.to), t.bytes_before, t.bytes_after);
+    fmt::print("  {:<32} [{}] {} -> {} ({} -> {} bytes)\n", t.name, fmt::join(t.shape, ", "),
+               dtype_name(t.from), dtype_name(t.to), t.bytes_before, t.bytes_after);
     before += t.bytes_before;
   }
-  fmt::print("wrote {}: {} tensors, {} bytes of tensor data before, file {} bytes\n", o.out, report.tensors.size(),
-             before, report.file_bytes);
+  fmt::print("wrote {}: {} tensors, {} bytes of tensor data before, file {} bytes\n", o.out,
+             report.tensors.size(), before, report.file_bytes);
 }
 
 }  // namespace
 
 void add_info(CLI::App& app) {
   auto o = std::make_shared<InfoOptions>();
-  CLI::App* cmd = app.add_subcommand("info", "what a model file holds: format, config, tensor table, tokenizer");
-  cmd->add_option("file", o->path, "a .gguf file or a Hugging Face folder")->required()->check(CLI::ExistingPath);
+  CLI::App* cmd = app.add_subcommand(
+      "info", "what a model file holds: format, config, tensor table, tokenizer");
+  cmd->add_option("file", o->path, "a .gguf file or a Hugging Face folder")
+      ->required()
+      ->check(CLI::ExistingPath);
   cmd->add_flag("--metadata", o->metadata, "also print every GGUF metadata key");
   cmd->callback([o] { run_info(*o); });
 }
 
 void add_logits(CLI::App& app) {
   auto o = std::make_shared<LogitsOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "logits", "evaluate token ids in one forward; write all logits as raw little-endian float32 [n x vocab]");
-  cmd->add_option("--model", o->model, "a .gguf file or a Hugging Face folder")->required()->check(CLI::ExistingPath);
+  CLI::App* cmd = app.add_subcommand("logits",
+                                     "evaluate token ids in one forward; write all logits as raw "
+                                     "little-endian float32 [n x vocab]");
+  cmd->add_option("--model", o->model, "a .gguf file or a Hugging Face folder")
+      ->required()
+      ->check(CLI::ExistingPath);
   cmd->add_option("--tokens", o->tokens, "comma-separated token ids, e.g. 1,2,3 (no BOS is added)")
       ->required()
       ->delimiter(',');
@@ -151,9 +164,12 @@ void add_logits(CLI::App& app) {
 
 void add_convert(CLI::App& app) {
   auto o = std::make_shared<ConvertOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "convert", "rewrite a GGUF model with its weight matrices in Q8_0 or F16 (norms stay F32, as llama.cpp does)");
-  cmd->add_option("in", o->in, "input .gguf (F32, F16 or BF16 tensors)")->required()->check(CLI::ExistingFile);
+  CLI::App* cmd = app.add_subcommand("convert",
+                                     "rewrite a GGUF model with its weight matrices in Q8_0 or F16 "
+                                     "(norms stay F32, as llama.cpp does)");
+  cmd->add_option("in", o->in, "input .gguf (F32, F16 or BF16 tensors)")
+      ->required()
+      ->check(CLI::ExistingFile);
   cmd->add_option("out", o->out, "output .gguf")->required();
   cmd->add_option("--type", o->type, "q8_0 or f16")
       ->required()

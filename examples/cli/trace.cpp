@@ -12,7 +12,8 @@ namespace {
 
 nlohmann::json token_json(const Tokenizer* tokenizer, token_t id) {
   if (id < 0) return nullptr;
-  return {{"id", id}, {"text", tokenizer ? display_token(*tokenizer, id) : fmt::format("[{}]", id)}};
+  return {{"id", id},
+          {"text", tokenizer ? display_token(*tokenizer, id) : fmt::format("[{}]", id)}};
 }
 
 // The page. Colours: accepted draft tokens green, the rejected draft token red and struck
@@ -198,7 +199,8 @@ nlohmann::json trace_data(const TraceInput& input) {
 }
 
 std::string trace_html(const TraceInput& input) {
-  std::string json = trace_data(input).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string json =
+      trace_data(input).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   // Inside <script>, "</script" or "<!--" in a token's text would end or confuse the element:
   // write every '<' (it only occurs inside JSON strings) as the escape \u003c.
   for (std::size_t at = json.find('<'); at != std::string::npos; at = json.find('<', at + 6))

@@ -18,10 +18,10 @@
 namespace specdec::cli {
 
 struct TraceInput {
-  std::string title;                    ///< e.g. "specdec generate: draft model k=4"
-  nlohmann::json settings;              ///< flat object of what was run (shown as key: value)
-  std::span<const token_t> prompt;      ///< prompt ids (BOS included)
-  const Tokenizer* tokenizer = nullptr; ///< for the tokens' text (ids only when null)
+  std::string title;                         ///< e.g. "specdec generate: draft model k=4"
+  nlohmann::json settings;                   ///< flat object of what was run (shown as key: value)
+  std::span<const token_t> prompt;           ///< prompt ids (BOS included)
+  const Tokenizer* tokenizer = nullptr;      ///< for the tokens' text (ids only when null)
   const GenerationResult* result = nullptr;  ///< with rounds recorded (record_rounds)
 };
 

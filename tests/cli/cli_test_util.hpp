@@ -28,7 +28,10 @@ inline std::filesystem::path temp_path(const std::string& suffix) {
   // Concatenation by append: GCC 12 warns (-Wrestrict, a false positive) on
   // "literal" + std::string&& in optimised builds.
   std::string name = "specdec-cli-test-";
-  name.append(std::to_string(::getpid())).append("-").append(std::to_string(counter++)).append(suffix);
+  name.append(std::to_string(::getpid()))
+      .append("-")
+      .append(std::to_string(counter++))
+      .append(suffix);
   return std::filesystem::temp_directory_path() / name;
 }
 
@@ -51,7 +54,10 @@ inline RunResult run_program(const std::string& program, const std::vector<std::
   const auto out = temp_path(".out"), err = temp_path(".err");
   std::string cmd = shell_quote(program);
   for (const auto& a : args) cmd.append(" ").append(shell_quote(a));
-  cmd.append(" >").append(shell_quote(out.string())).append(" 2>").append(shell_quote(err.string()));
+  cmd.append(" >")
+      .append(shell_quote(out.string()))
+      .append(" 2>")
+      .append(shell_quote(err.string()));
   cmd.append(" </dev/null");
   const int raw = std::system(cmd.c_str());
   RunResult r;
@@ -63,9 +69,13 @@ inline RunResult run_program(const std::string& program, const std::vector<std::
   return r;
 }
 
-inline RunResult run_cli(const std::vector<std::string>& args) { return run_program(SPECDEC_CLI, args); }
+inline RunResult run_cli(const std::vector<std::string>& args) {
+  return run_program(SPECDEC_CLI, args);
+}
 
-inline std::string demo_model(const char* name) { return (std::filesystem::path(SPECDEC_DEMO_MODELS) / name).string(); }
+inline std::string demo_model(const char* name) {
+  return (std::filesystem::path(SPECDEC_DEMO_MODELS) / name).string();
+}
 inline std::string demo_target() { return demo_model("target-q8_0.gguf"); }
 inline std::string demo_draft() { return demo_model("draft-q8_0.gguf"); }
 

@@ -21,7 +21,8 @@ using specdec::test::run_cli;
 
 namespace {
 
-const char* const kPrompt = "def copy(x):\n    \"\"\"Shallow copy operation on arbitrary Python objects.\"\"\"\n";
+const char* const kPrompt =
+    "def copy(x):\n    \"\"\"Shallow copy operation on arbitrary Python objects.\"\"\"\n";
 
 const specdec::LoadedModel& target_file() {
   static const specdec::LoadedModel m = specdec::load_model(demo_target());
@@ -35,7 +36,8 @@ std::vector<token_t> reference_greedy(const std::string& prompt, std::size_t n) 
   specdec::LogitsView logits = lm.forward(ids);
   std::vector<token_t> out;
   for (std::size_t i = 0; i < n; ++i) {
-    const auto next = static_cast<token_t>(specdec::sampling::argmax<float>(logits.row(logits.rows - 1)));
+    const auto next =
+        static_cast<token_t>(specdec::sampling::argmax<float>(logits.row(logits.rows - 1)));
     out.push_back(next);
     logits = lm.forward(std::span<const token_t>(&out.back(), 1));
   }
@@ -43,7 +45,8 @@ std::vector<token_t> reference_greedy(const std::string& prompt, std::size_t n) 
 }
 
 nlohmann::json generate_json(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"generate", "--target", demo_target(), "--prompt", kPrompt, "--json"};
+  std::vector<std::string> args = {"generate", "--target", demo_target(),
+                                   "--prompt", kPrompt,    "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   const auto r = run_cli(args);
   INFO(r.err);
@@ -54,7 +57,8 @@ nlohmann::json generate_json(std::vector<std::string> extra) {
 }  // namespace
 
 TEST_CASE("generate --json prints tokens, text and consistent statistics", "[cli]") {
-  const nlohmann::json j = generate_json({"--draft", demo_draft(), "-n", "24", "--temp", "0.8", "--seed", "7"});
+  const nlohmann::json j =
+      generate_json({"--draft", demo_draft(), "-n", "24", "--temp", "0.8", "--seed", "7"});
   REQUIRE(j.contains("tokens"));
   REQUIRE(j.contains("text"));
   REQUIRE(j.contains("stats"));
@@ -72,10 +76,11 @@ TEST_CASE("generate --json prints tokens, text and consistent statistics", "[cli
   CHECK(tok.decode(all) == tok.decode(prompt) + j["text"].get<std::string>());
 
   const auto& s = j["stats"];
-  for (const char* key : {"tokens_emitted", "rounds", "target_passes", "draft_passes", "drafted", "accepted",
-                          "acceptance_rate", "mean_tokens_per_round", "accepted_histogram", "prefill_seconds",
-                          "draft_seconds", "verify_seconds", "sampling_seconds", "other_seconds", "decode_seconds",
-                          "tokens_per_second"}) {
+  for (const char* key :
+       {"tokens_emitted", "rounds", "target_passes", "draft_passes", "drafted", "accepted",
+        "acceptance_rate", "mean_tokens_per_round", "accepted_histogram", "prefill_seconds",
+        "draft_seconds", "verify_seconds", "sampling_seconds", "other_seconds", "decode_seconds",
+        "tokens_per_second"}) {
     INFO(key);
     CHECK(s.contains(key));
   }
@@ -85,7 +90,8 @@ TEST_CASE("generate --json prints tokens, text and consistent statistics", "[cli
   CHECK(accepted <= drafted);
   CHECK(s["acceptance_rate"].get<double>() == Approx(accepted / drafted));
   CHECK(s["tokens_per_second"].get<double>() > 0);
-  CHECK(s["tokens_per_second"].get<double>() == Approx(tokens.size() / s["decode_seconds"].get<double>()));
+  CHECK(s["tokens_per_second"].get<double>() ==
+        Approx(tokens.size() / s["decode_seconds"].get<double>()));
 
   // The rounds account for every token: each emits its accepted drafts plus one token.
   std::size_t emitted = 0, accepted_sum = 0;
@@ -102,7 +108,9 @@ TEST_CASE("generate --json prints tokens, text and consistent statistics", "[cli
 TEST_CASE("greedy: speculative tokens == --baseline tokens == a plain argmax loop", "[cli]") {
   constexpr std::size_t kTokens = 40;
   const auto reference = reference_greedy(kPrompt, kTokens);
-  const auto tokens_of = [](const nlohmann::json& j) { return j["tokens"].get<std::vector<token_t>>(); };
+  const auto tokens_of = [](const nlohmann::json& j) {
+    return j["tokens"].get<std::vector<token_t>>();
+  };
   const std::vector<std::string> greedy = {"-n", std::to_string(kTokens), "--temp", "0"};
   const auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), greedy.begin(), greedy.end());
@@ -116,8 +124,8 @@ TEST_CASE("greedy: speculative tokens == --baseline tokens == a plain argmax loo
 }
 
 TEST_CASE("generate streams plain text to stdout and statistics to stderr", "[cli]") {
-  const auto r = run_cli({"generate", "--target", demo_target(), "--draft", demo_draft(), "--prompt", kPrompt, "-n",
-                          "16", "--temp", "0"});
+  const auto r = run_cli({"generate", "--target", demo_target(), "--draft", demo_draft(),
+                          "--prompt", kPrompt, "-n", "16", "--temp", "0"});
   INFO(r.err);
   REQUIRE(r.status == 0);
   const nlohmann::json j = generate_json({"--baseline", "-n", "16", "--temp", "0"});
@@ -128,8 +136,8 @@ TEST_CASE("generate streams plain text to stdout and statistics to stderr", "[cl
 TEST_CASE("logits writes n x vocab float32 equal to the CPU forward", "[cli]") {
   const std::vector<token_t> valid = {1, 822, 3509, 2989, 13, 4000, 3, 4095};
   const auto file = specdec::test::temp_path(".f32");
-  const auto r = run_cli({"logits", "--model", demo_target(), "--tokens", "1,822,3509,2989,13,4000,3,4095", "--out",
-                          file.string()});
+  const auto r = run_cli({"logits", "--model", demo_target(), "--tokens",
+                          "1,822,3509,2989,13,4000,3,4095", "--out", file.string()});
   INFO(r.err);
   REQUIRE(r.status == 0);
   const std::string bytes = specdec::test::read_file(file);
@@ -154,10 +162,20 @@ TEST_CASE("info prints the tensor table of a model", "[cli]") {
   CHECK(r.out.find("llama") != std::string::npos);
 }
 
-TEST_CASE("bench runs baseline and speculative configurations and checks greedy exactness", "[cli]") {
-  const auto r = run_cli({"bench", "--target", demo_target(), "--draft", demo_draft(), "--ngram", "3", "-k", "2,4",
-                          "--adaptive", "--temp", "0,0.8", "-n", "12", "--limit", "1", "--repeat", "1", "--prompts",
-                          (std::filesystem::path(SPECDEC_DEMO_MODELS) / "eval-prompts.jsonl").string(), "--json"});
+TEST_CASE("bench runs baseline and speculative configurations and checks greedy exactness",
+          "[cli]") {
+  const auto r = run_cli(
+      {"bench",       "--target",
+       demo_target(), "--draft",
+       demo_draft(),  "--ngram",
+       "3",           "-k",
+       "2,4",         "--adaptive",
+       "--temp",      "0,0.8",
+       "-n",          "12",
+       "--limit",     "1",
+       "--repeat",    "1",
+       "--prompts",   (std::filesystem::path(SPECDEC_DEMO_MODELS) / "eval-prompts.jsonl").string(),
+       "--json"});
   INFO(r.err);
   REQUIRE(r.status == 0);
   const auto j = specdec::test::parse_json_output(r);
@@ -181,6 +199,7 @@ TEST_CASE("demo runs on the bundled models with no arguments", "[cli]") {
   CHECK(r.out.find("--- prose ---") != std::string::npos);
   CHECK(r.out.find(" NO") == std::string::npos);
 
-  const auto r2 = run_cli({"demo", "-n", "4", "--repeat", "1", "--models-dir", SPECDEC_DEMO_MODELS});
+  const auto r2 =
+      run_cli({"demo", "-n", "4", "--repeat", "1", "--models-dir", SPECDEC_DEMO_MODELS});
   CHECK(r2.status == 0);
 }

@@ -23,7 +23,9 @@ using specdec::test::run_cli;
 
 namespace {
 
-std::string cli_data(const char* name) { return (specdec::test::test_data() / "cli" / name).string(); }
+std::string cli_data(const char* name) {
+  return (specdec::test::test_data() / "cli" / name).string();
+}
 
 void check_convert(const char* type, const char* expected) {
   const auto out = specdec::test::temp_path(".gguf");
@@ -60,7 +62,8 @@ TEST_CASE("fp32_to_fp16 rounds like the F16C instruction", "[cli]") {
   for (std::uint64_t bits = 0; bits <= 0xffffffffu; bits += 251) {
     const float f = std::bit_cast<float>(static_cast<std::uint32_t>(bits));
     if (std::isnan(f)) continue;
-    if (specdec::fp32_to_fp16(f) != hardware_fp16(f) && mismatches++ == 0) first_bad = static_cast<std::uint32_t>(bits);
+    if (specdec::fp32_to_fp16(f) != hardware_fp16(f) && mismatches++ == 0)
+      first_bad = static_cast<std::uint32_t>(bits);
   }
   INFO("first mismatch at float bits 0x" << std::hex << first_bad);
   CHECK(mismatches == 0);
@@ -74,7 +77,8 @@ TEST_CASE("every binary16 value survives fp16 -> fp32 -> fp16", "[cli]") {
       CHECK(std::isnan(specdec::fp16_to_fp32(specdec::fp32_to_fp16(f))));
       continue;
     }
-    if (specdec::fp32_to_fp16(f) != half) FAIL("half 0x" << std::hex << h << " does not round-trip");
+    if (specdec::fp32_to_fp16(f) != half)
+      FAIL("half 0x" << std::hex << h << " does not round-trip");
   }
 }
 
@@ -91,9 +95,11 @@ TEST_CASE("Q8_0 blocks dequantize to within half a step", "[cli]") {
     float amax = 0;
     for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
     const float d = amax / 127;  // the f16-rounded scale differs by at most 2^-11 relative
-    for (std::size_t j = 0; j < 32; ++j) CHECK(std::fabs(x[b * 32 + j] - y[b * 32 + j]) <= 0.5f * d + amax * 1e-3f);
+    for (std::size_t j = 0; j < 32; ++j)
+      CHECK(std::fabs(x[b * 32 + j] - y[b * 32 + j]) <= 0.5f * d + amax * 1e-3f);
   }
-  CHECK_THROWS_AS(specdec::quantize_row_q8_0(std::span<const float>(x.data(), 31), blocks), specdec::Error);
+  CHECK_THROWS_AS(specdec::quantize_row_q8_0(std::span<const float>(x.data(), 31), blocks),
+                  specdec::Error);
 }
 
 TEST_CASE("the committed demo models are the conversion of the shared trained pair", "[cli]") {
@@ -105,11 +111,13 @@ TEST_CASE("the committed demo models are the conversion of the shared trained pa
   for (const char* name : {"target", "draft"}) {
     INFO(name);
     const auto out = specdec::test::temp_path(".gguf");
-    const auto r = run_cli({"convert", (pair / (std::string(name) + "-f32.gguf")).string(), out.string(), "--type",
-                            "q8_0"});
+    const auto r = run_cli({"convert", (pair / (std::string(name) + "-f32.gguf")).string(),
+                            out.string(), "--type", "q8_0"});
     INFO(r.err);
     REQUIRE(r.status == 0);
-    const bool same = read_file(out) == read_file(specdec::test::demo_model((std::string(name) + "-q8_0.gguf").c_str()));
+    const bool same =
+        read_file(out) ==
+        read_file(specdec::test::demo_model((std::string(name) + "-q8_0.gguf").c_str()));
     std::filesystem::remove(out);
     CHECK(same);
   }

@@ -24,10 +24,17 @@ struct Traced {
 
 Traced traced_generation(std::vector<std::string> extra) {
   const auto page = specdec::test::temp_path(".html");
-  std::vector<std::string> args = {"generate", "--target",      demo_target(), "--prompt",
-                                   "1 In the beginning God created the heaven and the earth.\n2 And the earth was",
-                                   "-n",       "40",            "--json",      "--trace",
-                                   page.string()};
+  std::vector<std::string> args = {
+      "generate",
+      "--target",
+      demo_target(),
+      "--prompt",
+      "1 In the beginning God created the heaven and the earth.\n2 And the earth was",
+      "-n",
+      "40",
+      "--json",
+      "--trace",
+      page.string()};
   args.insert(args.end(), extra.begin(), extra.end());
   const auto r = run_cli(args);
   INFO(r.err);
@@ -74,7 +81,8 @@ TEST_CASE("the trace page is self-contained and holds every round", "[cli]") {
     const auto& page = data["rounds"][i];
     CHECK(page["accepted"] == rounds[i]["accepted"]);
     CHECK(page["drafted"].size() == rounds[i]["drafted"].size());
-    for (std::size_t j = 0; j < page["drafted"].size(); ++j) CHECK(page["drafted"][j]["id"] == rounds[i]["drafted"][j]);
+    for (std::size_t j = 0; j < page["drafted"].size(); ++j)
+      CHECK(page["drafted"][j]["id"] == rounds[i]["drafted"][j]);
     CHECK(page["next"]["id"] == rounds[i]["next"]);
     CHECK(page["bonus"] == rounds[i]["bonus"]);
   }
@@ -113,10 +121,12 @@ TEST_CASE("headless Chromium renders every round of the trace", "[cli][chromium]
   const auto& rounds = t.json["rounds"];
   CHECK(dom.find("data-rendered=\"" + std::to_string(rounds.size()) + "\"") != std::string::npos);
   // One table row per round, in order, with its drafted and accepted counts.
-  const std::regex row_re(R"re(<tr class="round" data-round="(\d+)" data-drafted="(\d+)" data-accepted="(\d+)">)re");
+  const std::regex row_re(
+      R"re(<tr class="round" data-round="(\d+)" data-drafted="(\d+)" data-accepted="(\d+)">)re");
   std::size_t i = 0;
   std::size_t accepted = 0, rejected = 0, bonus = 0;
-  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), row_re); it != std::sregex_iterator(); ++it, ++i) {
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), row_re); it != std::sregex_iterator();
+       ++it, ++i) {
     REQUIRE(i < rounds.size());
     INFO("round " << i);
     CHECK(std::stoul((*it)[1]) == i);

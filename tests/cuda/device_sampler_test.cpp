@@ -55,8 +55,10 @@ TEST_CASE("DeviceSampler: a speculative round on the device == the host core's d
     const auto q = sampler.q_rows(k);
     for (std::size_t i = 0; i < k; ++i) {
       const auto row = std::span<const float>(q).subspan(i * vocab, vocab);
-      const token_t host = params.greedy() ? static_cast<token_t>(sp::argmax<float>(row))
-                                           : sp::sample_from<float>(row, sp::philox_uniform(seed, draft_stream, counter + i));
+      const token_t host =
+          params.greedy()
+              ? static_cast<token_t>(sp::argmax<float>(row))
+              : sp::sample_from<float>(row, sp::philox_uniform(seed, draft_stream, counter + i));
       CHECK(drafted[i] == host);
     }
     sp::VerifyResult expected{};

@@ -19,7 +19,9 @@
 //  - Q8_0 weights: activations are quantised per block of 32 like llama.cpp does (d = amax/127
 //    rounded to f16, q = round(x / d)); the integer block dot products are exact, and
 //    acc = fma(float(isum_b), d_w[b] * d_x[b], acc) runs over the blocks b in order. Portable,
-//    AVX2 and AMX kernels all give bitwise identical results.
+//    AVX2 (also used on AVX-512 without AMX) and AMX kernels all give bitwise identical results;
+//    the AMX kernel sizes its tiles to the chunk's token count, which exact integer products
+//    allow.
 //  - BF16 weights on AMX: activations are rounded to bf16 (like llama.cpp and PyTorch bf16
 //    inference), products are exact, and the tile unit accumulates each (row, token) element on
 //    its own in the hardware's fixed order (measured: not exactly a chain of fused multiply-adds,
@@ -30,10 +32,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
-#include <string_view>
 #include <new>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "specdec/cpu/kernel_args.hpp"
@@ -47,7 +49,7 @@ namespace specdec::cpu {
 /// Instruction-set level of the kernels, from the least to the most capable.
 enum class Isa : std::uint8_t {
   portable,  ///< plain C++
-  avx2,      ///< AVX2 + FMA + F16C (AVX-VNNI used for Q8_0 when present)
+  avx2,      ///< AVX2 + FMA + F16C
   avx512,    ///< AVX-512 F/BW/VL/DQ
   amx,       ///< avx512 plus AMX-BF16 / AMX-INT8 tiles for BF16 and Q8_0 weights
 };
