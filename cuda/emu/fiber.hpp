@@ -3,11 +3,12 @@
 //
 // Two implementations of the switch:
 //   - ucontext (makecontext / swapcontext): portable, but swapcontext saves and restores the
-//     signal mask with a system call, about 260 ns per switch on the project's machine;
-//   - a 20-instruction x86-64 switch (callee-saved registers + MXCSR + x87 control word), about
-//     50x cheaper, so that emulated kernels with warp shuffles in their inner loops still run in
-//     milliseconds. It is not shadow-stack aware, so it is used only on x86-64 when the process
-//     has no CET shadow stack; SPECDEC_EMU_FIBERS=ucontext forces the portable one.
+//     signal mask with a system call (about 0.6 us per resumed thread on the project's machine);
+//   - a 14-instruction x86-64 switch of the callee-saved registers (about 40 ns per resumed
+//     thread, mostly cache misses on the thread's stack), so that emulated kernels with warp
+//     shuffles in their inner loops still run in milliseconds. It is not shadow-stack aware, so
+//     it is used only on x86-64 when the process has no CET shadow stack;
+//     SPECDEC_EMU_FIBERS=ucontext forces the portable one.
 // Under AddressSanitizer every switch is announced with __sanitizer_{start,finish}_switch_fiber
 // so that ASan knows which stack is live.
 
