@@ -47,14 +47,16 @@ void BM_matmul(benchmark::State& state) {
       row_bytes = cols * 2;
       bytes.resize(rows * row_bytes);
       for (std::size_t i = 0; i < w.size(); ++i) {
-        const std::uint16_t h = dtype == DType::f16 ? cpu::f32_to_f16(w[i]) : cpu::f32_to_bf16(w[i]);
+        const std::uint16_t h =
+            dtype == DType::f16 ? cpu::f32_to_f16(w[i]) : cpu::f32_to_bf16(w[i]);
         std::memcpy(bytes.data() + 2 * i, &h, 2);
       }
       break;
     default:
       row_bytes = cols / 32 * 34;
       bytes.resize(rows * row_bytes);
-      for (std::size_t r = 0; r < rows; ++r) cpu::quantize_row_q8_0(w.data() + r * cols, bytes.data() + r * row_bytes, cols);
+      for (std::size_t r = 0; r < rows; ++r)
+        cpu::quantize_row_q8_0(w.data() + r * cols, bytes.data() + r * row_bytes, cols);
   }
   const cpu::MatrixRef m{dtype, bytes.data(), rows, cols, row_bytes};
   cpu::PackedInput packed;
@@ -64,10 +66,10 @@ void BM_matmul(benchmark::State& state) {
     cpu::matmul(isa, m, packed, 0, rows, y.data(), rows);
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["weight_bytes/s"] =
-      benchmark::Counter(static_cast<double>(bytes.size()), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["MAC/s"] =
-      benchmark::Counter(static_cast<double>(rows * cols * n), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight_bytes/s"] = benchmark::Counter(
+      static_cast<double>(bytes.size()), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(rows * cols * n),
+                                               benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(dtype_name(dtype)) + " " + cpu::isa_name(isa));
 }
 

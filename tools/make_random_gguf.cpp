@@ -9,8 +9,8 @@
 // quantizer leaves them). The file is streamed tensor by tensor, so a 4.4 GB F32 model needs only
 // one row of memory. Weights are uniform with variance 1 / fan-in (unit-scale activations, no
 // denormals that could slow the arithmetic down).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <array>
 #include <cmath>
@@ -48,21 +48,30 @@ struct TensorPlan {
 
 std::uint64_t row_bytes(DType t, std::uint64_t cols) {
   switch (t) {
-    case DType::f32: return cols * 4;
+    case DType::f32:
+      return cols * 4;
     case DType::f16:
-    case DType::bf16: return cols * 2;
-    case DType::q8_0: return cols / 32 * 34;
-    default: throw specdec::Error("unsupported type");
+    case DType::bf16:
+      return cols * 2;
+    case DType::q8_0:
+      return cols / 32 * 34;
+    default:
+      throw specdec::Error("unsupported type");
   }
 }
 
 std::uint32_t ggml_type(DType t) {
   switch (t) {
-    case DType::f32: return 0;
-    case DType::f16: return 1;
-    case DType::q8_0: return 8;
-    case DType::bf16: return 30;
-    default: throw specdec::Error("unsupported type");
+    case DType::f32:
+      return 0;
+    case DType::f16:
+      return 1;
+    case DType::q8_0:
+      return 8;
+    case DType::bf16:
+      return 30;
+    default:
+      throw specdec::Error("unsupported type");
   }
 }
 
@@ -102,7 +111,8 @@ class Output {
   }
   void pad_to(std::uint64_t alignment) {
     static const std::array<char, 64> zeros{};
-    while (written_ % alignment != 0) raw(zeros.data(), std::min<std::uint64_t>(alignment - written_ % alignment, 64));
+    while (written_ % alignment != 0)
+      raw(zeros.data(), std::min<std::uint64_t>(alignment - written_ % alignment, 64));
   }
   void close() {
     if (std::fclose(f_) != 0) throw specdec::Error(fmt::format("{}: close failed", path_));
@@ -118,7 +128,9 @@ class Output {
 
 void write_model(const Shape& s, DType type, const std::string& path, std::uint64_t seed) {
   const std::uint64_t head_dim = s.dim / s.heads, kv_dim = s.kv_heads * head_dim;
-  auto uniform_scale = [](std::uint64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); };
+  auto uniform_scale = [](std::uint64_t fan_in) {
+    return std::sqrt(3.0f / static_cast<float>(fan_in));
+  };
   std::vector<TensorPlan> tensors;
   tensors.push_back({"token_embd.weight", {s.vocab, s.dim}, type, 1.0f});
   tensors.push_back({"output_norm.weight", {s.dim}, DType::f32, 0.0f});
@@ -155,10 +167,14 @@ void write_model(const Shape& s, DType type, const std::string& path, std::uint6
     double f;
     std::string s;
   };
-  const std::uint32_t file_type = type == DType::f32 ? 0 : type == DType::f16 ? 1 : type == DType::q8_0 ? 7 : 32;
+  const std::uint32_t file_type = type == DType::f32    ? 0
+                                  : type == DType::f16  ? 1
+                                  : type == DType::q8_0 ? 7
+                                                        : 32;
   const std::vector<Kv> kvs = {
       {"general.architecture", string, 0, 0, "llama"},
-      {"general.name", string, 0, 0, fmt::format("random {} {}", s.name, specdec::dtype_name(type))},
+      {"general.name", string, 0, 0,
+       fmt::format("random {} {}", s.name, specdec::dtype_name(type))},
       {"general.file_type", u32, file_type, 0, ""},
       {"llama.vocab_size", u32, s.vocab, 0, ""},
       {"llama.context_length", u32, s.context, 0, ""},
@@ -182,7 +198,8 @@ void write_model(const Shape& s, DType type, const std::string& path, std::uint6
   for (const TensorPlan& t : tensors) {
     out.str(t.name);
     out.put<std::uint32_t>(static_cast<std::uint32_t>(t.shape.size()));
-    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) out.put<std::uint64_t>(*it);  // ne[]: innermost first
+    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it)
+      out.put<std::uint64_t>(*it);  // ne[]: innermost first
     out.put(ggml_type(t.dtype));
     out.put(t.offset);
   }
@@ -199,26 +216,33 @@ void write_model(const Shape& s, DType type, const std::string& path, std::uint6
     for (std::uint64_t r = 0; r < rows; ++r) {
       for (float& v : row) v = t.scale == 0.0f ? 1.0f : t.scale * random.uniform();
       switch (t.dtype) {
-        case DType::f32: std::memcpy(encoded.data(), row.data(), encoded.size()); break;
+        case DType::f32:
+          std::memcpy(encoded.data(), row.data(), encoded.size());
+          break;
         case DType::f16:
         case DType::bf16:
           for (std::uint64_t k = 0; k < cols; ++k) {
-            const std::uint16_t h = t.dtype == DType::f16 ? specdec::cpu::f32_to_f16(row[k]) : specdec::cpu::f32_to_bf16(row[k]);
+            const std::uint16_t h = t.dtype == DType::f16 ? specdec::cpu::f32_to_f16(row[k])
+                                                          : specdec::cpu::f32_to_bf16(row[k]);
             std::memcpy(encoded.data() + 2 * k, &h, 2);
           }
           break;
-        case DType::q8_0: specdec::cpu::quantize_row_q8_0(row.data(), encoded.data(), cols); break;
-        default: break;
+        case DType::q8_0:
+          specdec::cpu::quantize_row_q8_0(row.data(), encoded.data(), cols);
+          break;
+        default:
+          break;
       }
       out.raw(encoded.data(), encoded.size());
     }
     out.pad_to(alignment);
     if (out.written() - data_start != (&t == &tensors.back() ? offset : (&t + 1)->offset))
-      throw specdec::Error(fmt::format("{}: internal error: {} ends at the wrong offset", path, t.name));
+      throw specdec::Error(
+          fmt::format("{}: internal error: {} ends at the wrong offset", path, t.name));
   }
   out.close();
-  fmt::print("{}: {} tensors, {:.1f} MB ({} {})\n", path, tensors.size(), static_cast<double>(out.written()) / 1e6,
-             s.name, specdec::dtype_name(type));
+  fmt::print("{}: {} tensors, {:.1f} MB ({} {})\n", path, tensors.size(),
+             static_cast<double>(out.written()) / 1e6, s.name, specdec::dtype_name(type));
 }
 
 }  // namespace
@@ -236,13 +260,20 @@ int main(int argc, char** argv) {
     const Shape* shape = nullptr;
     for (const Shape& s : shapes)
       if (shape_name == s.name) shape = &s;
-    if (shape == nullptr) throw specdec::Error(fmt::format("--shape {}: expected tinyllama-1.1b or llama-68m", shape_name));
+    if (shape == nullptr)
+      throw specdec::Error(
+          fmt::format("--shape {}: expected tinyllama-1.1b or llama-68m", shape_name));
     DType type{};
-    if (type_name == "f32") type = DType::f32;
-    else if (type_name == "f16") type = DType::f16;
-    else if (type_name == "bf16") type = DType::bf16;
-    else if (type_name == "q8_0") type = DType::q8_0;
-    else throw specdec::Error(fmt::format("--type {}: expected f32, f16, bf16 or q8_0", type_name));
+    if (type_name == "f32")
+      type = DType::f32;
+    else if (type_name == "f16")
+      type = DType::f16;
+    else if (type_name == "bf16")
+      type = DType::bf16;
+    else if (type_name == "q8_0")
+      type = DType::q8_0;
+    else
+      throw specdec::Error(fmt::format("--type {}: expected f32, f16, bf16 or q8_0", type_name));
     write_model(*shape, type, path, seed);
   } catch (const std::exception& e) {
     fmt::print(stderr, "make_random_gguf: {}\n", e.what());

@@ -4,12 +4,14 @@ acceptance rate (right), one row per temperature, bars per configuration (draft 
 drafter, each k and adaptive), one colour per prompt domain. Speedup bars are the medians of the
 repeats, with whiskers from the slowest to the fastest repeat.
 
-usage: python3 tools/plot_bench.py BENCH.json OUT.png [--title TEXT]
+usage: python3 tools/plot_bench.py BENCH.json OUT.png [--title TEXT] [--markdown]
+--markdown also prints the results as a Markdown table (the one in docs/benchmarks.md).
 Needs matplotlib (pip install matplotlib); only this tool does.
 """
 
 import argparse
 import json
+import textwrap
 
 import matplotlib
 
@@ -24,11 +26,28 @@ def short(config: str) -> str:
     return f"{kind}\n{k}"
 
 
+def markdown(data: dict) -> str:
+    """One row per temperature, domain and configuration, with the cost model's terms."""
+    lines = [
+        "| temp | domain | config | tok/s | speedup | acceptance | tokens/round | verify cost | draft cost |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in data["results"]:
+        base = r["drafter"] == "none"
+        lines.append(
+            f"| {r['temperature']:g} | {r['domain']} | {r['config']} | {r['tokens_per_second']:.0f} "
+            f"| {r['speedup']:.2f}x | {'-' if base else format(r['acceptance_rate'], '.3f')} "
+            f"| {r['mean_tokens_per_round']:.2f} | {r.get('verify_cost', float('nan')):.2f} "
+            f"| {format(r.get('draft_cost', float('nan')), '.2f') if r['drafter'] == 'model' else '-'} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("bench_json")
     ap.add_argument("out_png")
     ap.add_argument("--title", default=None)
+    ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     data = json.load(open(args.bench_json))
     rows = [r for r in data["results"] if r["drafter"] != "none"]
@@ -61,9 +80,13 @@ def main() -> None:
             ax.grid(axis="y", alpha=0.3)
             ax.legend(fontsize=8)
     title = args.title or f"specdec bench: {data['target'].split('/')[-1]} + {str(data['draft']).split('/')[-1]}"
-    fig.suptitle(f"{title}\n{data['command']}", fontsize=9)
+    command = "\n".join(textwrap.wrap(data["command"], 170))
+    fig.suptitle(f"{title} ({data['repeat']} repeats, medians; whiskers: slowest and fastest repeat)\n{command}",
+                 fontsize=8)
     fig.tight_layout()
     fig.savefig(args.out_png, dpi=110)
+    if args.markdown:
+        print(markdown(data))
 
 
 if __name__ == "__main__":

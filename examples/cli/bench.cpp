@@ -62,6 +62,8 @@ struct Totals {
   std::size_t drafted = 0;
   std::size_t accepted = 0;
   double decode_seconds = 0;
+  double verify_seconds = 0;  // target forwards of the decode phase
+  double draft_seconds = 0;   // draft model forwards of the decode phase
 
   void add(const GenerationStats& s) {
     ++prompts;
@@ -72,6 +74,15 @@ struct Totals {
     drafted += s.drafted;
     accepted += s.accepted;
     decode_seconds += s.decode_seconds;
+    verify_seconds += s.verify_seconds;
+    draft_seconds += s.draft_seconds;
+  }
+  /// Seconds per target forward (the baseline's: one token; speculative: k + 1 tokens).
+  [[nodiscard]] double seconds_per_target_pass() const {
+    return target_passes ? verify_seconds / static_cast<double>(target_passes) : 0.0;
+  }
+  [[nodiscard]] double seconds_per_draft_pass() const {
+    return draft_passes ? draft_seconds / static_cast<double>(draft_passes) : 0.0;
   }
   [[nodiscard]] double tokens_per_second() const {
     return decode_seconds > 0 ? tokens / decode_seconds : 0.0;
@@ -202,10 +213,15 @@ void run_bench(BenchOptions o) {
   for (std::size_t ti = 0; ti < o.temperatures.size(); ++ti)
     for (const auto& domain : domains)
       for (std::size_t si = 0; si < setups.size(); ++si) {
-        std::vector<double> tps, speedups;
+        // Costs relative to one plain target step of the same repeat: what the speedup is made
+        // of (speedup ~ tokens per round / (k x draft cost + verify cost)).
+        std::vector<double> tps, speedups, verify_cost, draft_cost;
         for (std::size_t rep = 0; rep < o.repeat; ++rep) {
           const Totals& t = totals[rep][ti][si][domain];
           const Totals& base = totals[rep][ti][0][domain];
+          const double step = base.seconds_per_target_pass();
+          verify_cost.push_back(step > 0 ? t.seconds_per_target_pass() / step : 0.0);
+          draft_cost.push_back(step > 0 ? t.seconds_per_draft_pass() / step : 0.0);
           tps.push_back(t.tokens_per_second());
           speedups.push_back(base.tokens_per_second() > 0
                                  ? t.tokens_per_second() / base.tokens_per_second()
@@ -236,6 +252,8 @@ void run_bench(BenchOptions o) {
              t.rounds ? static_cast<double>(t.tokens) / static_cast<double>(t.rounds) : 0.0},
             {"tokens_per_second", median(tps)},
             {"speedup", median(speedups)},
+            {"verify_cost", median(verify_cost)},  // target forward / baseline target step
+            {"draft_cost", median(draft_cost)},    // draft forward / baseline target step
             {"tokens_per_second_runs", tps},
             {"speedup_runs", speedups}};
         if (s.drafter == DecodeSetup::Drafter::ngram) row["ngram"] = s.ngram;
@@ -269,17 +287,25 @@ void run_bench(BenchOptions o) {
           fmt::format("temperature {} | {} ({} prompts)", r["temperature"].get<double>(),
                       r["domain"].get<std::string>(), r["prompts"].get<std::size_t>());
       if (group != last_group) {
-        fmt::print("\n{}\n  {:<30} {:>9} {:>8} {:>11} {:>13} {:>14}\n", group, "config", "tok/s",
-                   "speedup", "acceptance", "tokens/round", "target passes");
+        fmt::print("\n{}\n  {:<30} {:>9} {:>8} {:>11} {:>13} {:>14} {:>12} {:>11}\n", group,
+                   "config", "tok/s", "speedup", "acceptance", "tokens/round", "target passes",
+                   "verify cost", "draft cost");
         last_group = group;
       }
       const bool base = r["drafter"] == "none";
+      const bool model = r["drafter"] == "model";
       fmt::print(
-          "  {:<30} {:>9.1f} {:>7.2f}x {:>11} {:>13.2f} {:>14}\n", r["config"].get<std::string>(),
-          r["tokens_per_second"].get<double>(), r["speedup"].get<double>(),
+          "  {:<30} {:>9.1f} {:>7.2f}x {:>11} {:>13.2f} {:>14} {:>12.2f} {:>11}\n",
+          r["config"].get<std::string>(), r["tokens_per_second"].get<double>(),
+          r["speedup"].get<double>(),
           base ? std::string("-") : fmt::format("{:.3f}", r["acceptance_rate"].get<double>()),
-          r["mean_tokens_per_round"].get<double>(), r["target_passes"].get<std::size_t>());
+          r["mean_tokens_per_round"].get<double>(), r["target_passes"].get<std::size_t>(),
+          r["verify_cost"].get<double>(),
+          model ? fmt::format("{:.2f}", r["draft_cost"].get<double>()) : std::string("-"));
     }
+    fmt::print(
+        "\nverify cost: time of one target forward (k + 1 tokens) / one target-only step; draft "
+        "cost: one draft forward / one target-only step.\n");
     if (greedy_runs > 0)
       fmt::print(
           "\ngreedy (temperature 0): {}/{} speculative runs emitted exactly the baseline's "

@@ -50,7 +50,8 @@ CpuFeatures detect_features() {
 #if SPECDEC_X86
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
-  const bool osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1, avx = (c >> 28) & 1;
+  const bool osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1,
+             avx = (c >> 28) & 1;
   if (!osxsave || !avx) return f;
   const std::uint64_t xcr0 = read_xcr0();
   const bool ymm_state = (xcr0 & 0x6) == 0x6;
@@ -69,7 +70,8 @@ CpuFeatures detect_features() {
   f.avx512_vnni = f.avx512 && ((c7 >> 11) & 1);
   f.avx512_bf16 = f.avx512 && ((a71 >> 5) & 1);
   const bool amx_bf16 = (d7 >> 22) & 1, amx_tile = (d7 >> 24) & 1, amx_int8 = (d7 >> 25) & 1;
-  f.amx = f.avx512 && tile_state && amx_bf16 && amx_tile && amx_int8 && detail::amx_request_permission();
+  f.amx = f.avx512 && tile_state && amx_bf16 && amx_tile && amx_int8 &&
+          detail::amx_request_permission();
 #endif
   return f;
 }
@@ -78,10 +80,14 @@ CpuFeatures detect_features() {
 
 const char* isa_name(Isa isa) noexcept {
   switch (isa) {
-    case Isa::portable: return "portable";
-    case Isa::avx2: return "avx2";
-    case Isa::avx512: return "avx512";
-    case Isa::amx: return "amx";
+    case Isa::portable:
+      return "portable";
+    case Isa::avx2:
+      return "avx2";
+    case Isa::avx512:
+      return "avx512";
+    case Isa::amx:
+      return "amx";
   }
   return "?";
 }
@@ -94,10 +100,14 @@ const CpuFeatures& cpu_features() {
 bool isa_supported(Isa isa) {
   const CpuFeatures& f = cpu_features();
   switch (isa) {
-    case Isa::portable: return true;
-    case Isa::avx2: return f.avx2;
-    case Isa::avx512: return f.avx512;
-    case Isa::amx: return f.amx;
+    case Isa::portable:
+      return true;
+    case Isa::avx2:
+      return f.avx2;
+    case Isa::avx512:
+      return f.avx512;
+    case Isa::amx:
+      return f.amx;
   }
   return false;
 }
@@ -118,12 +128,14 @@ std::optional<Isa>& isa_override() {
 Isa parse_isa(std::string_view name) {
   for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::amx})
     if (name == isa_name(isa)) return isa;
-  throw Error(fmt::format("unknown instruction set '{}': expected portable, avx2, avx512 or amx", name));
+  throw Error(
+      fmt::format("unknown instruction set '{}': expected portable, avx2, avx512 or amx", name));
 }
 
 void set_isa_override(std::optional<Isa> isa) {
   if (isa && !isa_supported(*isa))
-    throw Error(fmt::format("instruction set {} is not supported here (best: {})", isa_name(*isa), isa_name(best_isa())));
+    throw Error(fmt::format("instruction set {} is not supported here (best: {})", isa_name(*isa),
+                            isa_name(best_isa())));
   isa_override() = isa;
 }
 
@@ -138,8 +150,8 @@ Isa default_isa() {
     throw Error(fmt::format("SPECDEC_CPU_ISA: {}", e.what()));
   }
   if (!isa_supported(isa))
-    throw Error(fmt::format("SPECDEC_CPU_ISA={}: this CPU (or OS) does not support it; best is {}", env,
-                            isa_name(best_isa())));
+    throw Error(fmt::format("SPECDEC_CPU_ISA={}: this CPU (or OS) does not support it; best is {}",
+                            env, isa_name(best_isa())));
   return isa;
 }
 
@@ -200,15 +212,19 @@ std::uint16_t f32_to_f16(float f) noexcept {
   const std::uint32_t sign = (bits >> 16) & 0x8000u;
   const std::uint32_t abs = bits & 0x7fffffffu;
   if (abs >= 0x7f800000u)  // inf or nan (keep nan quiet)
-    return static_cast<std::uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u | ((abs >> 13) & 0x3ffu) : 0));
-  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
-  if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero, round to nearest even
+    return static_cast<std::uint16_t>(sign | 0x7c00u |
+                                      (abs > 0x7f800000u ? 0x200u | ((abs >> 13) & 0x3ffu) : 0));
+  if (abs >= 0x477ff000u)
+    return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
+  if (abs <
+      0x38800000u) {  // below the smallest normal half: subnormal or zero, round to nearest even
     // value = abs_f * 2^24 in units of the smallest subnormal; round(abs_f / 2^-24)
     const float scaled = std::bit_cast<float>(abs) * 16777216.0f;  // exact (power of two)
     const auto m = static_cast<std::uint32_t>(std::nearbyint(scaled));
     return static_cast<std::uint16_t>(sign | m);
   }
-  // normal: rebias exponent, round mantissa to 10 bits, nearest even (carry into the exponent is right)
+  // normal: rebias exponent, round mantissa to 10 bits, nearest even (carry into the exponent is
+  // right)
   const std::uint32_t rebased = abs - 0x38000000u;  // exponent - 112
   const std::uint32_t round = 0xfffu + ((rebased >> 13) & 1u);
   return static_cast<std::uint16_t>(sign | ((rebased + round) >> 13));
@@ -216,7 +232,8 @@ std::uint16_t f32_to_f16(float f) noexcept {
 
 std::uint16_t f32_to_bf16(float f) noexcept {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // quiet nan
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // quiet nan
   return static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
@@ -236,7 +253,8 @@ float exp_f32(float x) noexcept {
   p = std::fma(p, r, exp_p5);
   const float r2 = r * r;
   const float y = std::fma(p, r2, r) + 1.0f;
-  const std::uint32_t n = std::bit_cast<std::uint32_t>(t) - std::bit_cast<std::uint32_t>(exp_round_magic);
+  const std::uint32_t n =
+      std::bit_cast<std::uint32_t>(t) - std::bit_cast<std::uint32_t>(exp_round_magic);
   float result = std::bit_cast<float>(std::bit_cast<std::uint32_t>(y) + (n << 23));
   if (x < exp_min_x) result = 0.0f;
   if (x != x) result = x;
@@ -247,36 +265,47 @@ float exp_f32(float x) noexcept {
 // Matrices and packed activations
 
 MatrixRef MatrixRef::of(const Tensor& t) {
-  if (t.shape.size() != 2) throw Error(fmt::format("tensor {}: expected a matrix, has {} dimensions", t.name, t.shape.size()));
+  if (t.shape.size() != 2)
+    throw Error(
+        fmt::format("tensor {}: expected a matrix, has {} dimensions", t.name, t.shape.size()));
   MatrixRef m;
   m.dtype = t.dtype;
   m.data = t.data;
   m.rows = t.shape[0];
   m.cols = t.shape[1];
   switch (t.dtype) {
-    case DType::f32: m.row_bytes = m.cols * 4; break;
+    case DType::f32:
+      m.row_bytes = m.cols * 4;
+      break;
     case DType::f16:
-    case DType::bf16: m.row_bytes = m.cols * 2; break;
+    case DType::bf16:
+      m.row_bytes = m.cols * 2;
+      break;
     case DType::q8_0:
       if (m.cols % q8_block_elems != 0)
-        throw Error(fmt::format("tensor {}: Q8_0 rows of {} elements do not hold whole blocks of 32", t.name, m.cols));
+        throw Error(fmt::format(
+            "tensor {}: Q8_0 rows of {} elements do not hold whole blocks of 32", t.name, m.cols));
       m.row_bytes = m.cols / q8_block_elems * q8_block_bytes;
       break;
     default:
-      throw Error(fmt::format("tensor {}: dtype {} is not supported by the CPU backend (F32, F16, BF16, Q8_0 are)",
-                              t.name, dtype_name(t.dtype)));
+      throw Error(fmt::format(
+          "tensor {}: dtype {} is not supported by the CPU backend (F32, F16, BF16, Q8_0 are)",
+          t.name, dtype_name(t.dtype)));
   }
   if (t.data == nullptr || t.nbytes < m.rows * m.row_bytes)
-    throw Error(fmt::format("tensor {}: {} bytes of data for [{}, {}] {}", t.name, t.nbytes, m.rows, m.cols,
-                            dtype_name(t.dtype)));
+    throw Error(fmt::format("tensor {}: {} bytes of data for [{}, {}] {}", t.name, t.nbytes, m.rows,
+                            m.cols, dtype_name(t.dtype)));
   return m;
 }
 
 InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols) {
   switch (weight_dtype) {
-    case DType::bf16: return isa == Isa::amx && cols % 32 == 0 ? InputFormat::bf16_tiles : InputFormat::f32;
-    case DType::q8_0: return isa == Isa::amx ? InputFormat::q8_0_tiles : InputFormat::q8_0_rows;
-    default: return InputFormat::f32;
+    case DType::bf16:
+      return isa == Isa::amx && cols % 32 == 0 ? InputFormat::bf16_tiles : InputFormat::f32;
+    case DType::q8_0:
+      return isa == Isa::amx ? InputFormat::q8_0_tiles : InputFormat::q8_0_rows;
+    default:
+      return InputFormat::f32;
   }
 }
 
@@ -299,22 +328,34 @@ void quantize_q8_0_block(const float* x, std::int8_t* q, float* d_out) {
   }
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  for (std::size_t j = 0; j < q8_block_elems; ++j) q[j] = static_cast<std::int8_t>(round_half_away(x[j] * id));
+  for (std::size_t j = 0; j < q8_block_elems; ++j)
+    q[j] = static_cast<std::int8_t>(round_half_away(x[j] * id));
   *d_out = f16_to_f32(f32_to_f16(d));
 }
 
 }  // namespace
 
-void PackedInput::pack(Isa isa, DType weight_dtype, const float* x, std::size_t n, std::size_t cols, std::size_t ldx) {
+void PackedInput::pack(Isa isa, DType weight_dtype, const float* x, std::size_t n, std::size_t cols,
+                       std::size_t ldx) {
   prepare(isa, weight_dtype, n, cols);
   pack_columns(x, ldx, 0, cols);
 }
 
-std::size_t PackedInput::column_granule() const noexcept { return format_ == InputFormat::f32 ? 16 : 32; }
+std::size_t PackedInput::column_granule() const noexcept {
+  switch (format_) {
+    case InputFormat::f32:
+      return 16;
+    case InputFormat::q8_0_tiles:
+      return 64;  // a pair of blocks
+    default:
+      return 32;
+  }
+}
 
 void PackedInput::prepare(Isa isa, DType weight_dtype, std::size_t n, std::size_t cols) {
   // Also makes sure the AMX permission was requested before any tile instruction runs.
-  if (!isa_supported(isa)) throw Error(fmt::format("PackedInput::prepare: {} is not supported here", isa_name(isa)));
+  if (!isa_supported(isa))
+    throw Error(fmt::format("PackedInput::prepare: {} is not supported here", isa_name(isa)));
   isa_ = isa;
   format_ = input_format(isa, weight_dtype, cols);
   n_ = n;
@@ -323,63 +364,55 @@ void PackedInput::prepare(Isa isa, DType weight_dtype, std::size_t n, std::size_
   // The tile formats pad the last chunk to 16 tokens. The padding lanes are never zeroed: each
   // tile result element depends on its own token only, and padded tokens' results are dropped.
   switch (format_) {
-    case InputFormat::f32: f32_.resize(n * cols); break;
-    case InputFormat::bf16_tiles: bf16_.resize(chunks * cols * 16); break;
+    case InputFormat::f32:
+      f32_.resize(n * cols);
+      break;
+    case InputFormat::bf16_tiles:
+      bf16_.resize(chunks * cols * 16);
+      break;
     case InputFormat::q8_0_rows:
       q8_.resize(n * cols);
       scales_.resize(n * blocks);
       break;
-    case InputFormat::q8_0_tiles:
-      q8_.resize(chunks * blocks * 512);
-      scales_.resize(chunks * blocks * 16);
+    case InputFormat::q8_0_tiles: {
+      const std::size_t chunks8 = (n + 7) / 8, slots = (blocks + 1) / 2;
+      words_.resize(chunks8 * slots * 256);
+      fix_.resize(chunks8 * slots * 8);
+      scales_.resize(chunks8 * blocks * 8);
       break;
+    }
   }
 }
 
-void PackedInput::pack_columns(const float* x, std::size_t ldx, std::size_t col_begin, std::size_t col_end) {
+void PackedInput::pack_columns(const float* x, std::size_t ldx, std::size_t col_begin,
+                               std::size_t col_end) {
   const std::size_t n = n_, cols = cols_;
   switch (format_) {
     case InputFormat::f32:
       for (std::size_t t = 0; t < n; ++t)
-        std::memcpy(f32_.data() + t * cols + col_begin, x + t * ldx + col_begin, (col_end - col_begin) * sizeof(float));
+        std::memcpy(f32_.data() + t * cols + col_begin, x + t * ldx + col_begin,
+                    (col_end - col_begin) * sizeof(float));
       return;
     case InputFormat::bf16_tiles: {
       // As uint32 pairs: [chunk][pair / 16][pair % 16][token % 16], pair = k / 2.
       const std::size_t pairs = cols / 2, p0 = col_begin / 2, p1 = col_end / 2;
       auto* dst = reinterpret_cast<std::uint32_t*>(bf16_.data());
-      if (isa_ == Isa::amx) return detail::pack_bf16_tiles_avx512(x, n, ldx, pairs, p0, p1, dst);  // AMX has AVX-512
-      for (std::size_t t = 0; t < n; ++t) {
-        std::uint32_t* chunk = dst + (t / 16) * pairs * 16 + t % 16;
-        const float* xt = x + t * ldx;
-        for (std::size_t p = p0; p < p1; ++p)
-          chunk[p * 16] = f32_to_bf16(xt[2 * p]) | (static_cast<std::uint32_t>(f32_to_bf16(xt[2 * p + 1])) << 16);
-      }
+      detail::pack_bf16_tiles_avx512(x, n, ldx, pairs, p0, p1,
+                                     dst);  // only for Isa::amx, which has AVX-512
       return;
     }
     case InputFormat::q8_0_rows: {
       const std::size_t blocks = cols / q8_block_elems;
       for (std::size_t t = 0; t < n; ++t)
         for (std::size_t b = col_begin / 32; b < col_end / 32; ++b)
-          quantize_q8_0_block(x + t * ldx + b * 32, q8_.data() + t * cols + b * 32, scales_.data() + t * blocks + b);
+          quantize_q8_0_block(x + t * ldx + b * 32, q8_.data() + t * cols + b * 32,
+                              scales_.data() + t * blocks + b);
       return;
     }
-    case InputFormat::q8_0_tiles: {
-      // As uint32 groups of 4 quants: [chunk][block][k / 4 % 8][token % 16];
-      // scales [chunk][block][token % 16].
-      const std::size_t blocks = cols / q8_block_elems, b0 = col_begin / 32, b1 = col_end / 32;
-      auto* dst = reinterpret_cast<std::uint32_t*>(q8_.data());
-      if (isa_ == Isa::amx) return detail::pack_q8_0_tiles_avx512(x, n, ldx, blocks, b0, b1, dst, scales_.data());
-      alignas(4) std::int8_t q[32];
-      for (std::size_t t = 0; t < n; ++t) {
-        const std::size_t c = t / 16, lane = t % 16;
-        for (std::size_t b = b0; b < b1; ++b) {
-          quantize_q8_0_block(x + t * ldx + b * 32, q, &scales_[(c * blocks + b) * 16 + lane]);
-          std::uint32_t* tile = dst + (c * blocks + b) * 128 + lane;
-          for (std::size_t g = 0; g < 8; ++g) std::memcpy(tile + g * 16, q + 4 * g, 4);
-        }
-      }
+    case InputFormat::q8_0_tiles:  // only for Isa::amx, which has AVX-512
+      detail::pack_q8_0_pairs_avx512(x, n, ldx, cols / q8_block_elems, col_begin / 32, col_end / 32,
+                                     words_.data(), scales_.data(), fix_.data());
       return;
-    }
   }
 }
 
@@ -441,8 +474,10 @@ void fma_matmul_portable(const FmaArgs& a) {
       const float* x = a.x + t * a.cols;
       float acc[16] = {};
       for (std::size_t k0 = 0; k0 < a.cols; k0 += 16) {
-        for (std::size_t l = 0; l < 16; ++l) w16[l] = k0 + l < a.cols ? load_weight(a.type, row, k0 + l) : 0.0f;
-        for (std::size_t l = 0; l < 16; ++l) acc[l] = std::fma(w16[l], k0 + l < a.cols ? x[k0 + l] : 0.0f, acc[l]);
+        for (std::size_t l = 0; l < 16; ++l)
+          w16[l] = k0 + l < a.cols ? load_weight(a.type, row, k0 + l) : 0.0f;
+        for (std::size_t l = 0; l < 16; ++l)
+          acc[l] = std::fma(w16[l], k0 + l < a.cols ? x[k0 + l] : 0.0f, acc[l]);
       }
       a.y[t * a.ldy + r] = reduce16(acc);
     }
@@ -463,7 +498,8 @@ void q8_matmul_portable(const Q8RowsArgs& a) {
         std::memcpy(&d16, block, 2);
         const auto* wq = reinterpret_cast<const std::int8_t*>(block + 2);
         std::int32_t isum = 0;
-        for (std::size_t j = 0; j < q8_block_elems; ++j) isum += static_cast<std::int32_t>(wq[j]) * xq[b * 32 + j];
+        for (std::size_t j = 0; j < q8_block_elems; ++j)
+          isum += static_cast<std::int32_t>(wq[j]) * xq[b * 32 + j];
         acc = std::fma(static_cast<float>(isum), f16_to_f32(d16) * xd[b], acc);
       }
       a.y[t * a.ldy + r] = acc;
@@ -499,7 +535,8 @@ void attend_portable(const AttentionArgs& a) {
     const float e = a.scores[j];
     if (a.kv_f16) {
       const auto* v16 = static_cast<const std::uint16_t*>(a.v) + j * a.row_stride;
-      for (std::size_t d = 0; d < a.head_dim; ++d) a.out[d] = std::fma(e, f16_to_f32(v16[d]), a.out[d]);
+      for (std::size_t d = 0; d < a.head_dim; ++d)
+        a.out[d] = std::fma(e, f16_to_f32(v16[d]), a.out[d]);
     } else {
       const float* v = static_cast<const float*>(a.v) + j * a.row_stride;
       for (std::size_t d = 0; d < a.head_dim; ++d) a.out[d] = std::fma(e, v[d], a.out[d]);
@@ -527,10 +564,14 @@ namespace {
 
 detail::FmaWeights fma_type(DType t) {
   switch (t) {
-    case DType::f32: return detail::FmaWeights::f32;
-    case DType::f16: return detail::FmaWeights::f16;
-    case DType::bf16: return detail::FmaWeights::bf16;
-    default: throw Error(fmt::format("matmul: dtype {} has no fma kernel", dtype_name(t)));
+    case DType::f32:
+      return detail::FmaWeights::f32;
+    case DType::f16:
+      return detail::FmaWeights::f16;
+    case DType::bf16:
+      return detail::FmaWeights::bf16;
+    default:
+      throw Error(fmt::format("matmul: dtype {} has no fma kernel", dtype_name(t)));
   }
 }
 
@@ -544,43 +585,53 @@ thread_local TailRows tail_rows;
 
 }  // namespace
 
-void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_begin, std::size_t row_end, float* y,
-            std::size_t ldy) {
+void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_begin,
+            std::size_t row_end, float* y, std::size_t ldy) {
   if (x.cols() != w.cols || x.isa() != isa || x.format() != input_format(isa, w.dtype, w.cols))
-    throw Error(fmt::format("matmul: activations packed for [{}] {} do not fit weights [{}, {}] {} on {}", x.cols(),
-                            isa_name(x.isa()), w.rows, w.cols, dtype_name(w.dtype), isa_name(isa)));
+    throw Error(fmt::format(
+        "matmul: activations packed for [{}] {} do not fit weights [{}, {}] {} on {}", x.cols(),
+        isa_name(x.isa()), w.rows, w.cols, dtype_name(w.dtype), isa_name(isa)));
   if (row_begin >= row_end) return;
   const std::byte* w0 = w.data + row_begin * w.row_bytes;
   const std::size_t rows = row_end - row_begin;
   float* y0 = y + row_begin;
   switch (x.format()) {
     case InputFormat::f32: {
-      const detail::FmaArgs args{fma_type(w.dtype), w0, w.row_bytes, rows, w.cols, x.f32(), x.n(), y0, ldy};
+      const detail::FmaArgs args{fma_type(w.dtype), w0,    w.row_bytes, rows, w.cols,
+                                 x.f32(),           x.n(), y0,          ldy};
       if (isa == Isa::avx512 || isa == Isa::amx) return detail::fma_matmul_avx512(args);
       if (isa == Isa::avx2) return detail::fma_matmul_avx2(args);
       return detail::fma_matmul_portable(args);
     }
     case InputFormat::q8_0_rows: {
-      const detail::Q8RowsArgs args{w0, w.row_bytes, rows, w.cols, x.q8(), x.q8_scales(), x.n(), y0, ldy};
+      const detail::Q8RowsArgs args{w0,    w.row_bytes, rows, w.cols, x.q8(), x.q8_scales(),
+                                    x.n(), y0,          ldy};
       if (isa == Isa::avx2 || isa == Isa::avx512) return detail::q8_matmul_avx2(args);
       return detail::q8_matmul_portable(args);
     }
     case InputFormat::bf16_tiles:
     case InputFormat::q8_0_tiles: {
-      const std::size_t full = rows / 16 * 16;
       const bool bf16 = x.format() == InputFormat::bf16_tiles;
-      auto run = [&](const std::byte* wp, std::size_t row_bytes, std::size_t count, float* yp, std::size_t ld) {
+      std::size_t full = rows / 16 * 16;
+      // The Q8_0 kernel's windows run 32 bytes past an odd last block of a row, into the next
+      // row: for the matrix's last row that would be past the tensor, so its group goes through
+      // the padded copy below.
+      const bool reads_past_row = !bf16 && (w.cols / q8_block_elems) % 2 != 0;
+      if (reads_past_row && row_end == w.rows && full == rows) full -= 16;
+      auto run = [&](const std::byte* wp, std::size_t row_bytes, std::size_t count, float* yp,
+                     std::size_t ld) {
         if (bf16)
           detail::bf16_matmul_amx({wp, row_bytes, count, w.cols, x.bf16(), x.n(), yp, ld});
         else
-          detail::q8_matmul_amx({wp, row_bytes, count, w.cols, x.q8(), x.q8_scales(), x.n(), yp, ld});
+          detail::q8_matmul_amx({wp, row_bytes, count, w.cols, x.q8_tiles(), x.q8_scales(),
+                                 x.q8_fix(), x.n(), yp, ld});
       };
       if (full > 0) run(w0, w.row_bytes, full, y0, ldy);
       if (full == rows) return;
-      // Tail: copy the remaining rows into a zero-padded group of 16 rows, 16 tokens at a time.
+      // Tail: copy the remaining rows into a zero-padded group of 16 rows (and 64 bytes more).
       const std::size_t tail = rows - full;
       TailRows& tr = tail_rows;
-      tr.bytes.assign(16 * w.row_bytes, std::byte{0});
+      tr.bytes.assign(16 * w.row_bytes + 64, std::byte{0});
       std::memcpy(tr.bytes.data(), w0 + full * w.row_bytes, tail * w.row_bytes);
       // The kernel writes y[t * ld + r] for all 16 padded rows: give it a scratch with ld = 16
       // per token chunk, then copy the real rows out. Token chunks are handled by the kernel.
@@ -594,7 +645,8 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
 }
 
 void quantize_row_q8_0(const float* x, std::byte* out, std::size_t count) {
-  if (count % q8_block_elems != 0) throw Error(fmt::format("quantize_row_q8_0: {} is not a multiple of 32", count));
+  if (count % q8_block_elems != 0)
+    throw Error(fmt::format("quantize_row_q8_0: {} is not a multiple of 32", count));
   for (std::size_t b = 0; b < count / q8_block_elems; ++b) {
     std::byte* block = out + b * q8_block_bytes;
     float d = 0.0f;
@@ -607,7 +659,9 @@ void quantize_row_q8_0(const float* x, std::byte* out, std::size_t count) {
 void dequantize_row(const MatrixRef& w, std::size_t r, float* out) {
   const std::byte* row = w.data + r * w.row_bytes;
   switch (w.dtype) {
-    case DType::f32: std::memcpy(out, row, w.cols * 4); return;
+    case DType::f32:
+      std::memcpy(out, row, w.cols * 4);
+      return;
     case DType::f16:
     case DType::bf16:
       for (std::size_t k = 0; k < w.cols; ++k) {
@@ -626,7 +680,8 @@ void dequantize_row(const MatrixRef& w, std::size_t r, float* out) {
           out[b * 32 + j] = d * static_cast<float>(static_cast<std::int8_t>(block[2 + j]));
       }
       return;
-    default: throw Error(fmt::format("dequantize_row: dtype {} not supported", dtype_name(w.dtype)));
+    default:
+      throw Error(fmt::format("dequantize_row: dtype {} not supported", dtype_name(w.dtype)));
   }
 }
 

@@ -80,11 +80,13 @@ inline void fma_block(const FmaArgs& a, std::size_t r0, std::size_t t0) {
   if (full < a.cols) {  // tail through zero-padded copies: lanes past the end add fma(0, 0, acc)
     alignas(32) float wbuf[16], xbuf[16];
     for (int r = 0; r < R; ++r) {
-      for (std::size_t l = 0; l < 16; ++l) wbuf[l] = full + l < a.cols ? load_w1<W>(rows[r], full + l) : 0.0f;
+      for (std::size_t l = 0; l < 16; ++l)
+        wbuf[l] = full + l < a.cols ? load_w1<W>(rows[r], full + l) : 0.0f;
       for (int t = 0; t < T; ++t) {
         for (std::size_t l = 0; l < 16; ++l) xbuf[l] = full + l < a.cols ? xs[t][full + l] : 0.0f;
         acc[r][t].lo = _mm256_fmadd_ps(_mm256_load_ps(wbuf), _mm256_load_ps(xbuf), acc[r][t].lo);
-        acc[r][t].hi = _mm256_fmadd_ps(_mm256_load_ps(wbuf + 8), _mm256_load_ps(xbuf + 8), acc[r][t].hi);
+        acc[r][t].hi =
+            _mm256_fmadd_ps(_mm256_load_ps(wbuf + 8), _mm256_load_ps(xbuf + 8), acc[r][t].hi);
       }
     }
   }
@@ -113,7 +115,8 @@ inline __m256i q8_dot8(const __m256i w[8], const __m256i wabs[8], __m256i x) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i lanes[8];
   for (int i = 0; i < 8; ++i) {
-    // |w| * (x with w's sign): maddubs (u8 x s8 pairs into i16) cannot saturate, |w|, |x| <= 128, 127.
+    // |w| * (x with w's sign): maddubs (u8 x s8 pairs into i16) cannot saturate, |w|, |x| <= 128,
+    // 127.
     const __m256i prod16 = _mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(x, w[i]));
     lanes[i] = _mm256_madd_epi16(prod16, ones);
   }
@@ -124,11 +127,13 @@ inline __m256i q8_dot8(const __m256i w[8], const __m256i wabs[8], __m256i x) {
   const __m256i h67 = _mm256_hadd_epi32(lanes[6], lanes[7]);
   const __m256i q0 = _mm256_hadd_epi32(h01, h23);  // [r0 r1 r2 r3 | r0 r1 r2 r3] halves
   const __m256i q1 = _mm256_hadd_epi32(h45, h67);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20),
+                          _mm256_permute2x128_si256(q0, q1, 0x31));
 }
 
 /// 8 rows (rows past `valid` read as zero blocks) against every token.
-inline void q8_rows8(const Q8RowsArgs& a, std::size_t r0, std::size_t valid, float* acc /* [n][8] */) {
+inline void q8_rows8(const Q8RowsArgs& a, std::size_t r0, std::size_t valid,
+                     float* acc /* [n][8] */) {
   const std::size_t blocks = a.cols / q8_block_elems;
   for (std::size_t i = 0; i < a.n * 8; ++i) acc[i] = 0.0f;
   for (std::size_t b = 0; b < blocks; ++b) {
@@ -147,7 +152,8 @@ inline void q8_rows8(const Q8RowsArgs& a, std::size_t r0, std::size_t valid, flo
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d16)));
     for (std::size_t t = 0; t < a.n; ++t) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + t * a.cols + b * 32));
+      const __m256i x =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + t * a.cols + b * 32));
       const __m256 isum = _mm256_cvtepi32_ps(q8_dot8(w, wabs, x));
       const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.xd[t * blocks + b]));
       _mm256_storeu_ps(acc + t * 8, _mm256_fmadd_ps(isum, scale, _mm256_loadu_ps(acc + t * 8)));
@@ -158,7 +164,8 @@ inline void q8_rows8(const Q8RowsArgs& a, std::size_t r0, std::size_t valid, flo
 // ---- exp (same operations as exp_f32 in kernels.cpp) ------------------------------------------
 
 inline __m256 exp8(__m256 x) {
-  const __m256 xc = _mm256_min_ps(_mm256_set1_ps(exp_max_x), _mm256_max_ps(_mm256_set1_ps(exp_min_x), x));
+  const __m256 xc =
+      _mm256_min_ps(_mm256_set1_ps(exp_max_x), _mm256_max_ps(_mm256_set1_ps(exp_min_x), x));
   const __m256 magic = _mm256_set1_ps(exp_round_magic);
   const __m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(exp_log2e), magic);
   const __m256 nf = _mm256_sub_ps(t, magic);
@@ -173,13 +180,16 @@ inline __m256 exp8(__m256 x) {
   const __m256 r2 = _mm256_mul_ps(r, r);
   const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
   const __m256i n = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(magic));
-  __m256 result = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32(n, 23)));
-  result = _mm256_blendv_ps(result, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(exp_min_x), _CMP_LT_OQ));
+  __m256 result =
+      _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32(n, 23)));
+  result = _mm256_blendv_ps(result, _mm256_setzero_ps(),
+                            _mm256_cmp_ps(x, _mm256_set1_ps(exp_min_x), _CMP_LT_OQ));
   return _mm256_blendv_ps(result, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 /// 16 elements from `count - k` remaining (zero padded), as two halves.
-inline void load16_padded(const void* base, bool f16, std::size_t k, std::size_t count, __m256& lo, __m256& hi) {
+inline void load16_padded(const void* base, bool f16, std::size_t k, std::size_t count, __m256& lo,
+                          __m256& hi) {
   if (count - k >= 16) {
     if (f16) {
       const auto* h = static_cast<const std::uint16_t*>(base) + k;
@@ -196,7 +206,8 @@ inline void load16_padded(const void* base, bool f16, std::size_t k, std::size_t
     if (k + l >= count)
       buf[l] = 0.0f;
     else
-      buf[l] = f16 ? _cvtsh_ss(static_cast<const std::uint16_t*>(base)[k + l]) : static_cast<const float*>(base)[k + l];
+      buf[l] = f16 ? _cvtsh_ss(static_cast<const std::uint16_t*>(base)[k + l])
+                   : static_cast<const float*>(base)[k + l];
   }
   lo = _mm256_load_ps(buf);
   hi = _mm256_load_ps(buf + 8);
@@ -218,9 +229,12 @@ inline float dot16(const float* a, const void* b, bool b_f16, std::size_t count)
 
 void fma_matmul_avx2(const FmaArgs& a) {
   switch (a.type) {
-    case FmaWeights::f32: return fma_matmul<FmaWeights::f32>(a);
-    case FmaWeights::f16: return fma_matmul<FmaWeights::f16>(a);
-    case FmaWeights::bf16: return fma_matmul<FmaWeights::bf16>(a);
+    case FmaWeights::f32:
+      return fma_matmul<FmaWeights::f32>(a);
+    case FmaWeights::f16:
+      return fma_matmul<FmaWeights::f16>(a);
+    case FmaWeights::bf16:
+      return fma_matmul<FmaWeights::bf16>(a);
   }
 }
 
@@ -244,8 +258,9 @@ void q8_matmul_avx2(const Q8RowsArgs& a) {
 void attend_avx2(const AttentionArgs& a) {
   for (std::size_t j = 0; j < a.count; ++j) {
     const std::size_t row = j * a.row_stride;
-    const void* k = a.kv_f16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(a.k) + row)
-                             : static_cast<const void*>(static_cast<const float*>(a.k) + row);
+    const void* k = a.kv_f16
+                        ? static_cast<const void*>(static_cast<const std::uint16_t*>(a.k) + row)
+                        : static_cast<const void*>(static_cast<const float*>(a.k) + row);
     a.scores[j] = dot16(a.q, k, a.kv_f16, a.head_dim) * a.scale;
   }
   float max = a.scores[0];
@@ -261,8 +276,10 @@ void attend_avx2(const AttentionArgs& a) {
     _mm256_store_ps(e + 8, ehi);
     const std::size_t valid = a.count - j < 16 ? a.count - j : 16;
     for (std::size_t l = 0; l < 16; ++l) {
-      if (l >= valid) e[l] = 0.0f;  // lanes past the end add 0
-      else a.scores[j + l] = e[l];
+      if (l >= valid)
+        e[l] = 0.0f;  // lanes past the end add 0
+      else
+        a.scores[j + l] = e[l];
     }
     sum.lo = _mm256_add_ps(sum.lo, _mm256_load_ps(e));
     sum.hi = _mm256_add_ps(sum.hi, _mm256_load_ps(e + 8));
@@ -320,8 +337,9 @@ float sum_squares_avx2(const float* x, std::size_t count) { return dot16(x, x, f
 void f32_to_f16_row_avx2(const float* in, std::uint16_t* out, std::size_t count) {
   std::size_t i = 0;
   for (; i + 8 <= count; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(out + i),
+        _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   for (; i < count; ++i) out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 

@@ -84,10 +84,17 @@ inline void fma_rows(const FmaArgs& a, std::size_t r0) {
   std::size_t t0 = 0;
   for (; t0 + 4 <= a.n; t0 += 4) fma_block<W, R, 4>(a, r0, t0);
   switch (a.n - t0) {
-    case 3: fma_block<W, R, 3>(a, r0, t0); break;
-    case 2: fma_block<W, R, 2>(a, r0, t0); break;
-    case 1: fma_block<W, R, 1>(a, r0, t0); break;
-    default: break;
+    case 3:
+      fma_block<W, R, 3>(a, r0, t0);
+      break;
+    case 2:
+      fma_block<W, R, 2>(a, r0, t0);
+      break;
+    case 1:
+      fma_block<W, R, 1>(a, r0, t0);
+      break;
+    default:
+      break;
   }
 }
 
@@ -105,7 +112,8 @@ void fma_matmul(const FmaArgs& a) {
 // ---- exp (same operations as exp_f32 in kernels.cpp) ------------------------------------------
 
 inline __m512 exp16(__m512 x) {
-  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(exp_max_x), _mm512_max_ps(_mm512_set1_ps(exp_min_x), x));
+  const __m512 xc =
+      _mm512_min_ps(_mm512_set1_ps(exp_max_x), _mm512_max_ps(_mm512_set1_ps(exp_min_x), x));
   const __m512 magic = _mm512_set1_ps(exp_round_magic);
   const __m512 t = _mm512_fmadd_ps(xc, _mm512_set1_ps(exp_log2e), magic);
   const __m512 nf = _mm512_sub_ps(t, magic);
@@ -120,14 +128,17 @@ inline __m512 exp16(__m512 x) {
   const __m512 r2 = _mm512_mul_ps(r, r);
   const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0f));
   const __m512i n = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(magic));
-  __m512 result = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(y), _mm512_slli_epi32(n, 23)));
+  __m512 result =
+      _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(y), _mm512_slli_epi32(n, 23)));
   result = _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, _mm512_set1_ps(exp_min_x), _CMP_LT_OQ),
                               _mm512_setzero_ps());
   return _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
 inline __m512 load_kv(const void* base, bool f16, std::size_t offset, __mmask16 mask) {
-  if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(base) + offset));
+  if (f16)
+    return _mm512_cvtph_ps(
+        _mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(base) + offset));
   return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(base) + offset);
 }
 
@@ -144,9 +155,12 @@ inline float dot16(const float* a, const void* b, bool b_f16, std::size_t count)
 
 void fma_matmul_avx512(const FmaArgs& a) {
   switch (a.type) {
-    case FmaWeights::f32: return fma_matmul<FmaWeights::f32>(a);
-    case FmaWeights::f16: return fma_matmul<FmaWeights::f16>(a);
-    case FmaWeights::bf16: return fma_matmul<FmaWeights::bf16>(a);
+    case FmaWeights::f32:
+      return fma_matmul<FmaWeights::f32>(a);
+    case FmaWeights::f16:
+      return fma_matmul<FmaWeights::f16>(a);
+    case FmaWeights::bf16:
+      return fma_matmul<FmaWeights::bf16>(a);
   }
 }
 
@@ -154,20 +168,23 @@ void attend_avx512(const AttentionArgs& a) {
   // scores
   for (std::size_t j = 0; j < a.count; ++j) {
     const std::size_t row = j * a.row_stride;
-    const void* k = a.kv_f16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(a.k) + row)
-                             : static_cast<const void*>(static_cast<const float*>(a.k) + row);
+    const void* k = a.kv_f16
+                        ? static_cast<const void*>(static_cast<const std::uint16_t*>(a.k) + row)
+                        : static_cast<const void*>(static_cast<const float*>(a.k) + row);
     a.scores[j] = dot16(a.q, k, a.kv_f16, a.head_dim) * a.scale;
   }
   // softmax numerators and their sum (16 lanes, lane l takes j = l, l + 16, ...)
   __m512 vmax = _mm512_set1_ps(a.scores[0]);
   for (std::size_t j = 0; j < a.count; j += 16) {
-    const __mmask16 mask = a.count - j >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.count - j);
+    const __mmask16 mask =
+        a.count - j >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.count - j);
     vmax = _mm512_mask_max_ps(vmax, mask, vmax, _mm512_maskz_loadu_ps(mask, a.scores + j));
   }
   const __m512 shift = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
   __m512 sum = _mm512_setzero_ps();
   for (std::size_t j = 0; j < a.count; j += 16) {
-    const __mmask16 mask = a.count - j >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.count - j);
+    const __mmask16 mask =
+        a.count - j >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.count - j);
     const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, a.scores + j), shift));
     _mm512_mask_storeu_ps(a.scores + j, mask, e);
     sum = _mm512_mask_add_ps(sum, mask, sum, e);
@@ -175,10 +192,12 @@ void attend_avx512(const AttentionArgs& a) {
   const __m512 total = _mm512_set1_ps(reduce(sum));
   // weighted sum of v, 16 dimensions at a time, positions in increasing order
   for (std::size_t d = 0; d < a.head_dim; d += 16) {
-    const __mmask16 mask = a.head_dim - d >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.head_dim - d);
+    const __mmask16 mask =
+        a.head_dim - d >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.head_dim - d);
     __m512 acc = _mm512_setzero_ps();
     for (std::size_t j = 0; j < a.count; ++j)
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(a.scores[j]), load_kv(a.v, a.kv_f16, j * a.row_stride + d, mask), acc);
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(a.scores[j]),
+                            load_kv(a.v, a.kv_f16, j * a.row_stride + d, mask), acc);
     _mm512_mask_storeu_ps(a.out + d, mask, _mm512_div_ps(acc, total));
   }
 }
@@ -202,10 +221,12 @@ namespace {
 inline __m512i to_bf16_bits(__m512 v) {
   const __m512i bits = _mm512_castps_si512(v);
   const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+  const __m512i rounded = _mm512_srli_epi32(
+      _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
   const __mmask16 nan = _mm512_cmp_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
                                               _mm512_set1_epi32(0x7f800000), _MM_CMPINT_NLE);
-  return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40)));
+  return _mm512_mask_mov_epi32(
+      rounded, nan, _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40)));
 }
 
 /// roundf(): nearest, halves away from zero.
@@ -213,49 +234,78 @@ inline __m512 round_half_away(__m512 r) {
   const __m512 t = _mm512_roundscale_ps(r, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
   const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(r, t));
   const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-  const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_and_ps(r, _mm512_set1_ps(-0.0f)));  // +-1
+  const __m512 one =
+      _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_and_ps(r, _mm512_set1_ps(-0.0f)));  // +-1
   return _mm512_mask_add_ps(t, up, t, one);
 }
 
 }  // namespace
 
-void pack_bf16_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t pairs, std::size_t p0,
-                            std::size_t p1, std::uint32_t* out) {
-  const __m512i scatter = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                             _mm512_set1_epi32(16));
+void pack_bf16_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t pairs,
+                            std::size_t p0, std::size_t p1, std::uint32_t* out) {
+  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (std::size_t t = 0; t < n; ++t) {
-    std::uint32_t* chunk = out + (t / 16) * pairs * 16 + t % 16;
+    const std::size_t c = t / 16,
+                      tokens = n - 16 * c < 16 ? n - 16 * c : 16;  // a tile row: `tokens` dwords
+    const __m512i scatter = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(static_cast<int>(tokens)));
+    std::uint32_t* chunk = out + c * pairs * 16 + t % 16;
     const float* xt = x + t * ldx;
     for (std::size_t p = p0; p < p1; p += 16) {
       const __m256i lo = _mm512_cvtepi32_epi16(to_bf16_bits(_mm512_loadu_ps(xt + 2 * p)));
       const __m256i hi = _mm512_cvtepi32_epi16(to_bf16_bits(_mm512_loadu_ps(xt + 2 * p + 16)));
-      const __m512i pair_words = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // 16 (even, odd) pairs
-      _mm512_i32scatter_epi32(chunk + p * 16, scatter, pair_words, 4);
+      const __m512i pair_words =
+          _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);  // 16 (even, odd) pairs
+      _mm512_i32scatter_epi32(chunk + p * tokens, scatter, pair_words, 4);
     }
   }
 }
 
-void pack_q8_0_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t blocks, std::size_t b0,
-                            std::size_t b1, std::uint32_t* out, float* scales) {
-  const __m512i scatter = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0),
-                                             _mm512_set1_epi32(16));
+void pack_q8_0_pairs_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t blocks,
+                            std::size_t b0, std::size_t b1, std::uint32_t* out, float* scales,
+                            std::uint32_t* fix) {
+  const std::size_t slots = (blocks + 1) / 2;
+  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  // Column of the second block: 34 zero bytes (the first block's 32 quants and the second
+  // block's scale in the weight row), then its quants 0..29.
+  alignas(64) std::int8_t shifted[128] = {};
   for (std::size_t t = 0; t < n; ++t) {
-    const std::size_t c = t / 16, lane = t % 16;
+    const std::size_t c = t / 8, lane = t % 8;
+    const std::size_t tokens =
+        n - 8 * c < 8 ? n - 8 * c : 8;  // of this chunk: a tile row is 2 * tokens dwords
+    const __m512i rows = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(static_cast<int>(2 * tokens)));
     for (std::size_t b = b0; b < b1; ++b) {
       const float* xb = x + t * ldx + b * 32;
       const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
       // max_ps returns its second operand when either is NaN: NaNs never reach amax.
-      const __m512 m = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_max_ps(_mm512_abs_ps(v1), _mm512_setzero_ps()));
+      const __m512 m =
+          _mm512_max_ps(_mm512_abs_ps(v0), _mm512_max_ps(_mm512_abs_ps(v1), _mm512_setzero_ps()));
       const float amax = _mm512_reduce_max_ps(m);
       const float d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       const __m512 vid = _mm512_set1_ps(id);
-      const __m128i q0 = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, vid))));
-      const __m128i q1 = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, vid))));
-      const __m512i q = _mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
-      std::uint32_t* tile = out + (c * blocks + b) * 128 + lane;
-      _mm512_mask_i32scatter_epi32(tile, 0x00ff, scatter, q, 4);
-      scales[(c * blocks + b) * 16 + lane] = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      const __m128i q0 =
+          _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, vid))));
+      const __m128i q1 =
+          _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, vid))));
+      const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+      scales[(c * blocks + b) * 8 + lane] =
+          _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      std::uint32_t* slot = out + c * slots * 256 + (b / 2) * 32 * tokens;
+      if (b % 2 == 0) {  // column `lane`: rows 0-7 the quants, rows 8-15 zero
+        _mm512_i32scatter_epi32(slot + lane, rows, _mm512_zextsi256_si512(q), 4);
+        if (b + 1 == blocks)  // an odd last block has no partner: its column is zero
+          _mm512_i32scatter_epi32(slot + tokens + lane, rows, _mm512_setzero_si512(), 4);
+      } else {  // column tokens + lane
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(shifted + 34), q);
+        _mm512_i32scatter_epi32(slot + tokens + lane, rows, _mm512_load_si512(shifted), 4);
+        alignas(32) std::int8_t qb[32];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(qb), q);
+        fix[(c * slots + b / 2) * 8 + lane] =
+            static_cast<std::uint16_t>(static_cast<std::int16_t>(qb[30])) |
+            static_cast<std::uint32_t>(
+                static_cast<std::uint16_t>(static_cast<std::int16_t>(qb[31])))
+                << 16;
+      }
     }
   }
 }

@@ -68,26 +68,37 @@ struct AmxBf16Args {
   std::size_t ldy;
 };
 void bf16_matmul_amx(const AmxBf16Args& a);
-/// Q8_0: xt = int8 tiles [chunks][cols/32][8][16][4], xd = f32 [chunks][cols/32][16].
+/// Q8_0: xt, xd, fix as pack_q8_0_pairs_avx512 writes them (chunks of 8 tokens).
 struct AmxQ8Args {
   const std::byte* w;
   std::size_t row_bytes;
   std::size_t rows;
   std::size_t cols;
-  const std::int8_t* xt;
+  const std::uint32_t* xt;
   const float* xd;
+  const std::uint32_t* fix;
   std::size_t n;
   float* y;
   std::size_t ldy;
 };
 void q8_matmul_amx(const AmxQ8Args& a);
-/// The AMX activation layouts (kernels.hpp: PackedInput) written with AVX-512, bitwise the same as
-/// the portable packing: pairs [p0, p1) of `pairs` (bf16), blocks [b0, b1) of `blocks` (Q8_0), of
-/// tokens [0, n). Padding lanes are left as they are.
-void pack_bf16_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t pairs, std::size_t p0,
-                            std::size_t p1, std::uint32_t* out);
-void pack_q8_0_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t blocks, std::size_t b0,
-                            std::size_t b1, std::uint32_t* out, float* scales);
+/// The AMX activation layouts (kernels.hpp: PackedInput) written with AVX-512 (same conversions
+/// as the portable f32_to_bf16 and quantize_row_q8_0): pairs [p0, p1) of `pairs` (bf16), blocks
+/// [b0, b1) of `blocks` (Q8_0), of tokens [0, n). BF16: chunks of 16 tokens, per 32 columns a tile
+/// of 16 rows (k pairs) x m dwords (m = the chunk's token count); a chunk starts every 16 * pairs
+/// dwords, its steps are 16m dwords apart.
+void pack_bf16_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t pairs,
+                            std::size_t p0, std::size_t p1, std::uint32_t* out);
+/// Q8_0 for the AMX kernel, in chunks of 8 tokens: per pair of blocks (2p, 2p+1) one tile of 16
+/// rows x 2m dwords, m the chunk's token count (a chunk starts every 256 * ceil(blocks / 2)
+/// dwords, its slots are 32m dwords apart), two columns per token: column t = token t's block 2p
+/// quants in rows 0-7 (bytes 0-31) and zeros below; column m + t = 34 zero bytes then block
+/// 2p+1's quants 0-29 (the window a weight row's bytes 2..65 of the pair occupy). fix = quants 30
+/// and 31 of block 2p+1 as two int16 (the two products outside the window). An odd last block's
+/// column m + t is zero. Ranges [b0, b1) start at even blocks.
+void pack_q8_0_pairs_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t blocks,
+                            std::size_t b0, std::size_t b1, std::uint32_t* out, float* scales,
+                            std::uint32_t* fix);
 /// Requests AMX tile data permission for the process (Linux arch_prctl); true when granted.
 bool amx_request_permission();
 

@@ -39,7 +39,8 @@ void wait_while_equal(std::atomic<std::uint32_t>& word, std::uint32_t expected) 
 #if defined(__linux__)
   static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
   // Returns at once when the word no longer holds `expected` (checked atomically by the kernel).
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr,
+          nullptr, 0);
 #else
   word.wait(expected);
 #endif
@@ -47,7 +48,8 @@ void wait_while_equal(std::atomic<std::uint32_t>& word, std::uint32_t expected) 
 
 void wake_all(std::atomic<std::uint32_t>& word) {
 #if defined(__linux__)
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT32_MAX,
+          nullptr, nullptr, 0);
 #else
   word.notify_all();
 #endif

@@ -36,7 +36,8 @@ constexpr std::size_t max_step_tokens = 256;
 
 /// A small per-channel vector (norm weight, bias) as f32. These are the only weights copied:
 /// a few KB per layer, converted once so that the inner loops need not handle four dtypes.
-std::vector<float> load_vector(const WeightStore& weights, const std::string& name, std::size_t size) {
+std::vector<float> load_vector(const WeightStore& weights, const std::string& name,
+                               std::size_t size) {
   const Tensor& t = weights.get(name);
   if (t.elements() != size)
     throw Error(fmt::format("tensor {}: {} elements, expected {}", name, t.elements(), size));
@@ -46,10 +47,12 @@ std::vector<float> load_vector(const WeightStore& weights, const std::string& na
   return out;
 }
 
-MatrixRef load_matrix(const WeightStore& weights, const std::string& name, std::size_t rows, std::size_t cols) {
+MatrixRef load_matrix(const WeightStore& weights, const std::string& name, std::size_t rows,
+                      std::size_t cols) {
   const Tensor& t = weights.get(name);
   if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
-    throw Error(fmt::format("tensor {}: shape [{}], expected [{}, {}]", name, fmt::join(t.shape, ", "), rows, cols));
+    throw Error(fmt::format("tensor {}: shape [{}], expected [{}, {}]", name,
+                            fmt::join(t.shape, ", "), rows, cols));
   return MatrixRef::of(t);
 }
 
@@ -61,7 +64,8 @@ void rms_norm(Isa isa, const float* x, const float* w, float* y, std::size_t dim
 }
 
 /// Rotates one head in place: pairs (x[2i], x[2i+1]) or (x[i], x[i + d/2]) by angle i.
-void apply_rope(RopeLayout layout, float* x, const float* cos, const float* sin, std::size_t head_dim) {
+void apply_rope(RopeLayout layout, float* x, const float* cos, const float* sin,
+                std::size_t head_dim) {
   const std::size_t half = head_dim / 2;
   for (std::size_t i = 0; i < half; ++i) {
     float& a = layout == RopeLayout::adjacent_pairs ? x[2 * i] : x[i];
@@ -86,7 +90,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, const WeightStore& weight
   } else if (s.kind == RopeScaling::Kind::llama3) {
     // transformers' _compute_llama3_parameters
     const double old_len = static_cast<double>(s.original_context_length);
-    const double low_wavelen = old_len / s.low_freq_factor, high_wavelen = old_len / s.high_freq_factor;
+    const double low_wavelen = old_len / s.low_freq_factor,
+                 high_wavelen = old_len / s.high_freq_factor;
     for (float& f : inv) {
       const double wavelen = 2.0 * std::numbers::pi / f;
       if (wavelen < high_wavelen) continue;  // high frequency: unchanged
@@ -140,16 +145,19 @@ struct Transformer::State {
   std::vector<float> rope_cos, rope_sin;  // [n][head_dim / 2]
   std::vector<float> logits;              // [tokens of the call][vocab]
   std::array<PackedInput, 4> packs;       // the current input, per InputFormat
-  std::vector<std::vector<float>> scratch;  // per thread: attention scores [context] + head [head_dim]
+  std::vector<std::vector<float>>
+      scratch;  // per thread: attention scores [context] + head [head_dim]
 
-  [[nodiscard]] std::size_t kv_offset(std::size_t layer, bool value, std::size_t head, std::size_t pos,
-                                      std::size_t head_dim) const {
-    return layer * layer_stride + (value ? layer_stride / 2 : 0) + head * head_stride + pos * head_dim;
+  [[nodiscard]] std::size_t kv_offset(std::size_t layer, bool value, std::size_t head,
+                                      std::size_t pos, std::size_t head_dim) const {
+    return layer * layer_stride + (value ? layer_stride / 2 : 0) + head * head_stride +
+           pos * head_dim;
   }
 
   /// Packs `x` [n][cols] for each distinct input format the matrices need. Several tokens are
   /// packed by the pool, in column ranges.
-  void pack(const float* in, std::size_t n, std::size_t cols, std::initializer_list<const MatrixRef*> ms) {
+  void pack(const float* in, std::size_t n, std::size_t cols,
+            std::initializer_list<const MatrixRef*> ms) {
     std::array<bool, 4> done{};
     for (const MatrixRef* m : ms) {
       const auto f = static_cast<std::size_t>(input_format(isa, m->dtype, cols));
@@ -159,7 +167,8 @@ struct Transformer::State {
       p.prepare(isa, m->dtype, n, cols);
       const std::size_t granule = p.column_granule();
       // About 4096 values per task; one task (on this thread) for a single token.
-      const std::size_t per_task = n < 2 ? cols : round_up(std::max<std::size_t>(granule, 4096 / n), granule);
+      const std::size_t per_task =
+          n < 2 ? cols : round_up(std::max<std::size_t>(granule, 4096 / n), granule);
       const std::size_t tasks = (cols + per_task - 1) / per_task;
       pool->run(tasks, [&](std::size_t task, std::size_t) {
         p.pack_columns(in, cols, task * per_task, std::min(cols, (task + 1) * per_task));
@@ -174,17 +183,23 @@ struct Transformer::State {
 Transformer::Transformer(const LoadedModel& model, Options options)
     : Transformer(model.config, model.weights, options) {}
 
-Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights, Options options)
-    : config_(config), weights_(std::move(weights)), options_(options), state_(std::make_unique<State>()) {
+Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights,
+                         Options options)
+    : config_(config),
+      weights_(std::move(weights)),
+      options_(options),
+      state_(std::make_unique<State>()) {
   config_.validate();
   if (!weights_) throw Error("cpu::Transformer: no weights");
   const ModelConfig& c = config_;
   const WeightStore& w = *weights_;
   if (c.rope_layout != RopeLayout::adjacent_pairs && c.rope_layout != RopeLayout::rotate_half)
     throw Error("cpu::Transformer: unknown rope layout");
-  if (c.head_dim % 2 != 0) throw Error(fmt::format("cpu::Transformer: head_dim {} is odd", c.head_dim));
+  if (c.head_dim % 2 != 0)
+    throw Error(fmt::format("cpu::Transformer: head_dim {} is odd", c.head_dim));
   context_length_ = options.context_length != 0 ? options.context_length : c.context_length;
-  if (context_length_ == 0) throw Error("cpu::Transformer: context length is 0 (set Options::context_length)");
+  if (context_length_ == 0)
+    throw Error("cpu::Transformer: context length is 0 (set Options::context_length)");
 
   State& s = *state_;
   s.isa = default_isa();
@@ -245,19 +260,23 @@ std::size_t Transformer::kv_cache_bytes() const noexcept {
 }
 
 void Transformer::rollback(std::size_t n) {
-  if (n > cached_) throw Error(fmt::format("cpu::Transformer::rollback({}): only {} positions are cached", n, cached_));
+  if (n > cached_)
+    throw Error(
+        fmt::format("cpu::Transformer::rollback({}): only {} positions are cached", n, cached_));
   cached_ = n;
 }
 
 LogitsView Transformer::forward(std::span<const token_t> tokens) {
   if (tokens.empty()) throw Error("cpu::Transformer::forward: no tokens");
   if (tokens.size() > context_length_ - cached_)
-    throw Error(fmt::format("cpu::Transformer::forward: {} cached + {} new tokens exceed the context length {}",
-                            cached_, tokens.size(), context_length_));
+    throw Error(fmt::format(
+        "cpu::Transformer::forward: {} cached + {} new tokens exceed the context length {}",
+        cached_, tokens.size(), context_length_));
   for (std::size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= config_.vocab_size)
-      throw Error(fmt::format("cpu::Transformer::forward: token {} (at {}) is outside the vocabulary [0, {})",
-                              tokens[i], i, config_.vocab_size));
+      throw Error(fmt::format(
+          "cpu::Transformer::forward: token {} (at {}) is outside the vocabulary [0, {})",
+          tokens[i], i, config_.vocab_size));
 
   State& s = *state_;
   const ModelConfig& c = config_;
@@ -290,7 +309,8 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
   s.up.resize(n * ffn);
   s.hidden.resize(n * ffn);
 
-  for (std::size_t t = 0; t < n; ++t) dequantize_row(s.embed, static_cast<std::size_t>(tokens[t]), s.x.data() + t * dim);
+  for (std::size_t t = 0; t < n; ++t)
+    dequantize_row(s.embed, static_cast<std::size_t>(tokens[t]), s.x.data() + t * dim);
 
   // Rotary angles of the n new positions: angle = float(pos) * inv_freq (float), as HF does.
   s.rope_cos.resize(n * half);
@@ -305,7 +325,8 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
   // Row ranges per task for the row-split operations: about 8 tasks per thread so that a thread
   // the OS deschedules holds up little; multiples of 32 rows (the AMX kernels' group).
   auto row_tasks = [&](std::size_t rows) {
-    const std::size_t per_task = std::max<std::size_t>(32, round_up((rows + 8 * threads - 1) / (8 * threads), 32));
+    const std::size_t per_task =
+        std::max<std::size_t>(32, round_up((rows + 8 * threads - 1) / (8 * threads), 32));
     return std::pair{per_task, (rows + per_task - 1) / per_task};
   };
   // y[t][r] = W x for a range of rows, then an epilogue on that range.
@@ -324,12 +345,15 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
 
     // ---- attention block --------------------------------------------------------------------
     for (std::size_t t = 0; t < n; ++t)
-      rms_norm(isa, s.x.data() + t * dim, L.attn_norm.data(), s.xn.data() + t * dim, dim, c.rms_norm_eps);
+      rms_norm(isa, s.x.data() + t * dim, L.attn_norm.data(), s.xn.data() + t * dim, dim,
+               c.rms_norm_eps);
     s.pack(s.xn.data(), n, dim, {&L.q, &L.k, &L.v});
     // Tasks: q heads, then k heads, then v heads.
     pool.run(c.n_heads + 2 * c.n_kv_heads, [&](std::size_t task, std::size_t) {
       const bool is_q = task < c.n_heads, is_k = !is_q && task < c.n_heads + c.n_kv_heads;
-      const std::size_t head = is_q ? task : is_k ? task - c.n_heads : task - c.n_heads - c.n_kv_heads;
+      const std::size_t head = is_q   ? task
+                               : is_k ? task - c.n_heads
+                                      : task - c.n_heads - c.n_kv_heads;
       const MatrixRef& w = is_q ? L.q : is_k ? L.k : L.v;
       float* out = is_q ? s.q.data() : is_k ? s.k.data() : s.v.data();
       const std::size_t width = is_q ? q_dim : kv_dim;
@@ -342,7 +366,8 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
         if (is_q || is_k) {
           const std::vector<float>& norm = is_q ? L.q_norm : L.k_norm;
           if (!norm.empty()) rms_norm(isa, h, norm.data(), h, hd, c.rms_norm_eps);
-          apply_rope(c.rope_layout, h, s.rope_cos.data() + t * half, s.rope_sin.data() + t * half, hd);
+          apply_rope(c.rope_layout, h, s.rope_cos.data() + t * half, s.rope_sin.data() + t * half,
+                     hd);
         }
         if (is_q) continue;
         const std::size_t at = s.kv_offset(li, !is_k, head, pos0 + t, hd);
@@ -358,10 +383,13 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
       const std::size_t t = task / c.n_heads, head = task % c.n_heads, kv_head = head / group;
       AttentionArgs args;
       args.q = s.q.data() + t * q_dim + head * hd;
-      const std::size_t k_at = s.kv_offset(li, false, kv_head, 0, hd), v_at = s.kv_offset(li, true, kv_head, 0, hd);
+      const std::size_t k_at = s.kv_offset(li, false, kv_head, 0, hd),
+                        v_at = s.kv_offset(li, true, kv_head, 0, hd);
       args.kv_f16 = s.kv_f16 != nullptr;
-      args.k = args.kv_f16 ? static_cast<const void*>(s.kv_f16.get() + k_at) : s.kv_f32.get() + k_at;
-      args.v = args.kv_f16 ? static_cast<const void*>(s.kv_f16.get() + v_at) : s.kv_f32.get() + v_at;
+      args.k =
+          args.kv_f16 ? static_cast<const void*>(s.kv_f16.get() + k_at) : s.kv_f32.get() + k_at;
+      args.v =
+          args.kv_f16 ? static_cast<const void*>(s.kv_f16.get() + v_at) : s.kv_f32.get() + v_at;
       args.count = pos0 + t + 1;  // causal: positions 0 .. pos0 + t
       args.head_dim = hd;
       args.row_stride = hd;
@@ -378,7 +406,8 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
 
     // ---- SwiGLU block -----------------------------------------------------------------------
     for (std::size_t t = 0; t < n; ++t)
-      rms_norm(isa, s.x.data() + t * dim, L.ffn_norm.data(), s.xn.data() + t * dim, dim, c.rms_norm_eps);
+      rms_norm(isa, s.x.data() + t * dim, L.ffn_norm.data(), s.xn.data() + t * dim, dim,
+               c.rms_norm_eps);
     s.pack(s.xn.data(), n, dim, {&L.gate, &L.up});
     {
       const auto [per_task, tasks] = row_tasks(ffn);
@@ -389,7 +418,8 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
         matmul(isa, L.gate, in_gate, r0, r1, s.gate.data(), ffn);
         matmul(isa, L.up, in_up, r0, r1, s.up.data(), ffn);
         for (std::size_t t = 0; t < n; ++t)
-          swiglu(isa, s.gate.data() + t * ffn + r0, s.up.data() + t * ffn + r0, s.hidden.data() + t * ffn + r0, r1 - r0);
+          swiglu(isa, s.gate.data() + t * ffn + r0, s.up.data() + t * ffn + r0,
+                 s.hidden.data() + t * ffn + r0, r1 - r0);
       });
     }
     s.pack(s.hidden.data(), n, ffn, {&L.down});
@@ -401,7 +431,8 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
 
   // ---- head ---------------------------------------------------------------------------------
   for (std::size_t t = 0; t < n; ++t)
-    rms_norm(isa, s.x.data() + t * dim, s.output_norm.data(), s.xn.data() + t * dim, dim, c.rms_norm_eps);
+    rms_norm(isa, s.x.data() + t * dim, s.output_norm.data(), s.xn.data() + t * dim, dim,
+             c.rms_norm_eps);
   s.pack(s.xn.data(), n, dim, {&s.output});
   project(s.output, logits, c.vocab_size, [](std::size_t, std::size_t) {});
   cached_ += n;

@@ -33,7 +33,8 @@ inline std::vector<std::byte> encode(const std::vector<float>& v, DType dtype) {
     case DType::bf16:
       out.resize(v.size() * 2);
       for (std::size_t i = 0; i < v.size(); ++i) {
-        const std::uint16_t h = dtype == DType::f16 ? cpu::f32_to_f16(v[i]) : cpu::f32_to_bf16(v[i]);
+        const std::uint16_t h =
+            dtype == DType::f16 ? cpu::f32_to_f16(v[i]) : cpu::f32_to_bf16(v[i]);
         std::memcpy(out.data() + 2 * i, &h, 2);
       }
       break;
@@ -41,7 +42,8 @@ inline std::vector<std::byte> encode(const std::vector<float>& v, DType dtype) {
       out.resize(v.size() / 32 * 34);
       cpu::quantize_row_q8_0(v.data(), out.data(), v.size());
       break;
-    default: throw Error("encode: unsupported dtype");
+    default:
+      throw Error("encode: unsupported dtype");
   }
   return out;
 }
@@ -56,7 +58,8 @@ inline RandomModel make_random_model(const ModelConfig& config, DType matrix_dty
   auto holder = std::make_shared<Holder>();
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto add = [&](const std::string& name, std::vector<std::uint64_t> shape, float scale, float offset, DType dtype) {
+  auto add = [&](const std::string& name, std::vector<std::uint64_t> shape, float scale,
+                 float offset, DType dtype) {
     std::size_t count = 1;
     for (auto d : shape) count *= d;
     std::vector<float> v(count);
@@ -66,10 +69,12 @@ inline RandomModel make_random_model(const ModelConfig& config, DType matrix_dty
     holder->store.add(Tensor{name, dtype, std::move(shape), bytes.data(), bytes.size()});
   };
   const ModelConfig& c = config;
-  const auto dim = c.dim, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim, ffn = c.ffn_dim;
+  const auto dim = c.dim, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim,
+             ffn = c.ffn_dim;
   auto inv_sqrt = [](std::size_t n) { return 1.0f / std::sqrt(static_cast<float>(n)); };
   add("token_embd.weight", {c.vocab_size, dim}, 1.0f, 0.0f, matrix_dtype);
-  if (!c.tied_embeddings) add("output.weight", {c.vocab_size, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
+  if (!c.tied_embeddings)
+    add("output.weight", {c.vocab_size, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
   add("output_norm.weight", {dim}, 0.1f, 1.0f, DType::f32);
   for (std::size_t i = 0; i < c.n_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";

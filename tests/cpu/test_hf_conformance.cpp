@@ -32,7 +32,8 @@ struct Fixture {
 Fixture read_fixture(const std::filesystem::path& folder) {
   std::ifstream in(folder / "reference.json");
   const auto j = nlohmann::json::parse(in);
-  return {j.at("tokens").get<std::vector<token_t>>(), j.at("logits").get<std::vector<std::vector<float>>>()};
+  return {j.at("tokens").get<std::vector<token_t>>(),
+          j.at("logits").get<std::vector<std::vector<float>>>()};
 }
 
 /// max |a - b| / max |b| over one row.
@@ -70,7 +71,8 @@ TEST_CASE("logits match Hugging Face transformers", "[cpu][hf]") {
       const specdec::LogitsView all = model.forward(fixture.tokens);
       REQUIRE(all.rows == fixture.tokens.size());
       double worst = 0;
-      for (std::size_t t = 0; t < all.rows; ++t) worst = std::max(worst, relative_error(all.row(t), fixture.logits[t]));
+      for (std::size_t t = 0; t < all.rows; ++t)
+        worst = std::max(worst, relative_error(all.row(t), fixture.logits[t]));
       INFO("worst relative error " << worst);
       CHECK(worst <= 1e-4);
       const std::vector<float> batch(all.data, all.data + all.rows * all.vocab);
@@ -85,7 +87,8 @@ TEST_CASE("logits match Hugging Face transformers", "[cpu][hf]") {
       if (first_isa_logits.empty())
         first_isa_logits = batch;
       else
-        CHECK(std::memcmp(first_isa_logits.data(), batch.data(), batch.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(first_isa_logits.data(), batch.data(), batch.size() * sizeof(float)) ==
+              0);
     }
   }
 }

@@ -3,7 +3,8 @@
 //  - batch invariance: a position's logits row is bitwise the same whatever number of tokens
 //    (1 .. 16 and more) shared its forward call;
 //  - incremental: forward(a) then forward(b) == forward(a ++ b) row by row;
-//  - rollback: forward(prefix ++ draft), rollback, forward(other) == fresh forward(prefix ++ other);
+//  - rollback: forward(prefix ++ draft), rollback, forward(other) == fresh forward(prefix ++
+//  other);
 //  - thread count does not change the result; two instances can share one WeightStore;
 // plus the error cases of the interface.
 #include <cstring>
@@ -58,16 +59,19 @@ TEST_CASE("batch invariance, incremental and rollback equalities, bitwise", "[cp
   for (const bool qwen : {false, true}) {
     for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::q8_0}) {
       for (cpu::KvType kv : {cpu::KvType::f32, cpu::KvType::f16}) {
-        if (kv == cpu::KvType::f16 && dtype != DType::f32) continue;  // the KV type is independent of the weights
+        if (kv == cpu::KvType::f16 && dtype != DType::f32)
+          continue;  // the KV type is independent of the weights
         const test::RandomModel m =
             test::make_random_model(qwen ? test::small_qwen() : test::small_llama(), dtype, 42);
-        INFO((qwen ? "qwen-like " : "llama ") << dtype_name(dtype) << " kv " << (kv == cpu::KvType::f16 ? "f16" : "f32")
-                                              << " on " << cpu::isa_name(cpu::default_isa()));
+        INFO((qwen ? "qwen-like " : "llama ")
+             << dtype_name(dtype) << " kv " << (kv == cpu::KvType::f16 ? "f16" : "f32") << " on "
+             << cpu::isa_name(cpu::default_isa()));
         const std::vector<token_t> tokens = random_tokens(40, m.config.vocab_size, 9);
         Transformer model(m.config, m.weights, {.threads = 2, .kv_type = kv});
 
         // Reference: one token per call.
-        const std::vector<float> single = run_in_chunks(model, tokens, std::vector<std::size_t>(tokens.size(), 1));
+        const std::vector<float> single =
+            run_in_chunks(model, tokens, std::vector<std::size_t>(tokens.size(), 1));
         // Batch invariance: the same positions in calls of 1 .. 16 tokens and one of 40.
         for (const std::vector<std::size_t>& sizes :
              {std::vector<std::size_t>{16, 16, 8}, {5, 2, 9, 4, 1, 3, 16}, {40}, {12, 28}}) {
@@ -88,9 +92,11 @@ TEST_CASE("batch invariance, incremental and rollback equalities, bitwise", "[cp
         const std::vector<float> after_rows(after.data, after.data + after.rows * after.vocab);
         std::vector<token_t> fresh_tokens(tokens.begin(), tokens.begin() + 20);
         fresh_tokens.insert(fresh_tokens.end(), other.begin(), other.end());
-        Transformer fresh(m.config, m.weights, {.threads = 1, .kv_type = kv});  // also: other thread count
+        Transformer fresh(m.config, m.weights,
+                          {.threads = 1, .kv_type = kv});  // also: other thread count
         const LogitsView f = fresh.forward(fresh_tokens);
-        CHECK(std::memcmp(after_rows.data(), f.data + 20 * f.vocab, after_rows.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(after_rows.data(), f.data + 20 * f.vocab,
+                          after_rows.size() * sizeof(float)) == 0);
         // and the fresh single-thread prefix equals the 2-thread single-token rows
         CHECK(std::memcmp(f.data, single.data(), 20 * f.vocab * sizeof(float)) == 0);
       }
@@ -98,7 +104,8 @@ TEST_CASE("batch invariance, incremental and rollback equalities, bitwise", "[cp
   }
 }
 
-TEST_CASE("every instruction set gives the same logits for F32, F16 and Q8_0 weights", "[cpu][invariants]") {
+TEST_CASE("every instruction set gives the same logits for F32, F16 and Q8_0 weights",
+          "[cpu][invariants]") {
   for (DType dtype : {DType::f32, DType::f16, DType::q8_0}) {
     const test::RandomModel m = test::make_random_model(test::small_qwen(), dtype, 5);
     const std::vector<token_t> tokens = random_tokens(12, m.config.vocab_size, 6);
@@ -152,7 +159,8 @@ TEST_CASE("interface errors leave the cache unchanged", "[cpu][invariants]") {
   CHECK_THROWS_AS(model.rollback(5), Error);
   model.rollback(0);
   CHECK(model.cached() == 0);
-  CHECK(model.forward(std::span(five).first(4)).rows == 4);  // positions 0..3 again, then 4 more fit
+  CHECK(model.forward(std::span(five).first(4)).rows ==
+        4);  // positions 0..3 again, then 4 more fit
   CHECK(model.forward(four).rows == 4);
   CHECK(model.cached() == 8);
 }

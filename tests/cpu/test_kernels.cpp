@@ -46,12 +46,13 @@ TestMatrix make_matrix(DType dtype, std::size_t rows, std::size_t cols, unsigned
   m.bytes = test::encode(normal_floats(rows * cols, seed, 0.5f), dtype);
   m.ref = cpu::MatrixRef::of(Tensor{"w", dtype, {rows, cols}, m.bytes.data(), m.bytes.size()});
   m.dequantized.resize(rows * cols);
-  for (std::size_t r = 0; r < rows; ++r) cpu::dequantize_row(m.ref, r, m.dequantized.data() + r * cols);
+  for (std::size_t r = 0; r < rows; ++r)
+    cpu::dequantize_row(m.ref, r, m.dequantized.data() + r * cols);
   return m;
 }
 
-std::vector<float> run_matmul(Isa isa, const TestMatrix& m, const std::vector<float>& x, std::size_t n,
-                              std::size_t row_begin = 0, std::size_t row_end = 0) {
+std::vector<float> run_matmul(Isa isa, const TestMatrix& m, const std::vector<float>& x,
+                              std::size_t n, std::size_t row_begin = 0, std::size_t row_end = 0) {
   if (row_end == 0) row_end = m.ref.rows;
   cpu::PackedInput packed;
   packed.pack(isa, m.ref.dtype, x.data(), n, m.ref.cols, m.ref.cols);
@@ -66,7 +67,8 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 
 /// The values the activations become for (isa, dtype): bf16-rounded on AMX, Q8_0-quantised for
 /// Q8_0 weights (dequantised back), else unchanged.
-std::vector<float> effective_activations(Isa isa, DType dtype, const std::vector<float>& x, std::size_t cols) {
+std::vector<float> effective_activations(Isa isa, DType dtype, const std::vector<float>& x,
+                                         std::size_t cols) {
   std::vector<float> out = x;
   if (cpu::input_format(isa, dtype, cols) == cpu::InputFormat::bf16_tiles) {
     for (auto& v : out) v = cpu::bf16_to_f32(cpu::f32_to_bf16(v));
@@ -103,13 +105,14 @@ TEST_CASE("f16 and bf16 conversions round to nearest even like the hardware", "[
   CHECK(cpu::f32_to_f16(std::ldexp(1.0f, -25)) == 0x0000);
   CHECK(cpu::f32_to_f16(3 * std::ldexp(1.0f, -26)) == 0x0001);
   CHECK(cpu::f32_to_f16(-2.0f) == 0xc000);
-  CHECK(cpu::f32_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);       // tie to even
-  CHECK(cpu::f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);   // tie to even (up)
+  CHECK(cpu::f32_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);      // tie to even
+  CHECK(cpu::f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);  // tie to even (up)
   CHECK(cpu::bf16_to_f32(0xc040) == -3.0f);
 
   // The F16C path (KV cache) agrees with the portable one on random and special values.
   std::vector<float> values = normal_floats(4096, 7, 1000.0f);
-  for (float v : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, -6.1e-5f, std::numeric_limits<float>::infinity()})
+  for (float v :
+       {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, -6.1e-5f, std::numeric_limits<float>::infinity()})
     values.push_back(v);
   for (Isa isa : supported_isas()) {
     std::vector<std::uint16_t> a(values.size()), b(values.size());
@@ -145,7 +148,8 @@ TEST_CASE("exp_f32 is within 2 ulp and every Isa's SwiGLU agrees bitwise", "[cpu
     cpu::swiglu(isa, gate.data(), up.data(), out.data(), gate.size());
     INFO(cpu::isa_name(isa));
     CHECK(bitwise_equal(out, reference));
-    CHECK(cpu::sum_squares(isa, gate.data(), gate.size()) == cpu::sum_squares(Isa::portable, gate.data(), gate.size()));
+    CHECK(cpu::sum_squares(isa, gate.data(), gate.size()) ==
+          cpu::sum_squares(Isa::portable, gate.data(), gate.size()));
   }
 }
 
@@ -155,23 +159,30 @@ TEST_CASE("matmul: every Isa and dtype, tails, token counts", "[cpu][kernels]") 
     std::size_t rows, cols;
   };
   for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::q8_0}) {
-    for (Shape shape : {Shape{37, 64}, Shape{70, 96}, Shape{48, 53}}) {
+    for (Shape shape : {Shape{37, 64}, Shape{70, 96}, Shape{48, 53}, Shape{32, 160}}) {
       if (dtype == DType::q8_0 && shape.cols % 32 != 0) continue;
       const TestMatrix m = make_matrix(dtype, shape.rows, shape.cols, 11);
       for (std::size_t n : {1, 2, 3, 5, 8, 16, 17, 35}) {
         const std::vector<float> x = normal_floats(n * shape.cols, static_cast<unsigned>(100 + n));
         const std::vector<float> portable = run_matmul(Isa::portable, m, x, n);
         for (Isa isa : supported_isas()) {
-          INFO(dtype_name(dtype) << " [" << shape.rows << ", " << shape.cols << "] n=" << n << " " << cpu::isa_name(isa));
+          INFO(dtype_name(dtype) << " [" << shape.rows << ", " << shape.cols << "] n=" << n << " "
+                                 << cpu::isa_name(isa));
           const std::vector<float> y = run_matmul(isa, m, x, n);
 
           // Against a double-precision product of the values the kernel multiplies.
           const std::vector<float> xe = effective_activations(isa, dtype, x, shape.cols);
           using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-          const Matrix W = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-                               m.dequantized.data(), shape.rows, shape.cols).cast<double>();
-          const Matrix X = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-                               xe.data(), n, shape.cols).cast<double>();
+          const Matrix W =
+              Eigen::Map<
+                  const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+                  m.dequantized.data(), shape.rows, shape.cols)
+                  .cast<double>();
+          const Matrix X =
+              Eigen::Map<
+                  const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+                  xe.data(), n, shape.cols)
+                  .cast<double>();
           const Matrix Y = X * W.transpose();
           const Matrix absY = X.cwiseAbs() * W.cwiseAbs().transpose();
           for (std::size_t t = 0; t < n; ++t)
@@ -188,13 +199,15 @@ TEST_CASE("matmul: every Isa and dtype, tails, token counts", "[cpu][kernels]") 
           // Batch invariance and row-range invariance: each token alone, rows in two ranges.
           std::vector<float> pieced(n * shape.rows);
           for (std::size_t t = 0; t < n; ++t) {
-            const std::vector<float> xt(x.begin() + t * shape.cols, x.begin() + (t + 1) * shape.cols);
+            const std::vector<float> xt(x.begin() + t * shape.cols,
+                                        x.begin() + (t + 1) * shape.cols);
             const std::size_t split = 32 * ((t % 2) + 0);
             cpu::PackedInput packed;
             packed.pack(isa, dtype, xt.data(), 1, shape.cols, shape.cols);
             std::vector<float> row(shape.rows);
             cpu::matmul(isa, m.ref, packed, 0, std::min(split, shape.rows), row.data(), shape.rows);
-            cpu::matmul(isa, m.ref, packed, std::min(split, shape.rows), shape.rows, row.data(), shape.rows);
+            cpu::matmul(isa, m.ref, packed, std::min(split, shape.rows), shape.rows, row.data(),
+                        shape.rows);
             std::copy(row.begin(), row.end(), pieced.begin() + t * shape.rows);
           }
           CHECK(bitwise_equal(pieced, y));
@@ -209,7 +222,7 @@ TEST_CASE("AMX activation tiles hold exactly the portable conversions", "[cpu][k
     WARN("SKIPPED: no AMX");
     return;
   }
-  const std::size_t cols = 96, n = 19;
+  const std::size_t cols = 96, n = 19, blocks = cols / 32, slots = (blocks + 1) / 2;
   std::vector<float> x = normal_floats(n * cols, 8, 3.0f);
   // Ties, specials, and exact halves for the Q8_0 rounding.
   x[0] = 1.0f + std::ldexp(1.0f, -8);
@@ -217,35 +230,65 @@ TEST_CASE("AMX activation tiles hold exactly the portable conversions", "[cpu][k
   x[2] = std::numeric_limits<float>::quiet_NaN();
   x[3] = -0.0f;
   x[cols + 40] = std::numeric_limits<float>::quiet_NaN();  // in the second 16 of a Q8_0 block
-  for (std::size_t k = 0; k < 32; ++k) x[5 * cols + k] = static_cast<float>(k) - 15.5f;  // d = 1/8: x/d has halves
+  for (std::size_t k = 0; k < 32; ++k)
+    x[5 * cols + k] = static_cast<float>(k) - 15.5f;  // d = 1/8: x/d has halves
   cpu::PackedInput bf16, q8;
   bf16.pack(Isa::amx, DType::bf16, x.data(), n, cols, cols);
   q8.pack(Isa::amx, DType::q8_0, x.data(), n, cols, cols);
-  std::vector<std::byte> reference_q8(cols / 32 * 34);
+  std::vector<std::byte> reference_q8(blocks * 34);
+  auto tile_byte = [&](std::size_t chunk, std::size_t slot, std::size_t row, std::size_t column,
+                       std::size_t byte) {
+    const std::size_t m = std::min<std::size_t>(8, n - chunk * 8);  // tokens in the chunk
+    const std::uint32_t word =
+        q8.q8_tiles()[chunk * slots * 256 + slot * 32 * m + row * 2 * m + column];
+    return static_cast<std::int8_t>((word >> (8 * byte)) & 0xff);
+  };
   for (std::size_t t = 0; t < n; ++t) {
-    cpu::quantize_row_q8_0(x.data() + t * cols, reference_q8.data(), cols);
     for (std::size_t k = 0; k < cols; ++k) {
-      const std::uint16_t got = bf16.bf16()[(t / 16) * (cols / 32) * 512 + (k / 32) * 512 + ((k % 32) / 2) * 32 + (t % 16) * 2 + k % 2];
-      const std::uint16_t want = cpu::f32_to_bf16(x[t * cols + k]);
-      REQUIRE(got == want);
-      const std::size_t block = k / 32;
-      const std::int8_t q = q8.q8()[((t / 16) * (cols / 32) + block) * 512 + ((k % 32) / 4) * 64 + (t % 16) * 4 + k % 4];
-      REQUIRE(q == static_cast<std::int8_t>(reference_q8[block * 34 + 2 + k % 32]));
+      const std::size_t m16 = std::min<std::size_t>(16, n - t / 16 * 16);  // tokens in the chunk
+      const std::uint16_t got = bf16.bf16()[(t / 16) * (cols / 32) * 512 + (k / 32) * 32 * m16 +
+                                            ((k % 32) / 2) * 2 * m16 + (t % 16) * 2 + k % 2];
+      REQUIRE(got == cpu::f32_to_bf16(x[t * cols + k]));
     }
-    for (std::size_t b = 0; b < cols / 32; ++b) {
+    // Q8_0: the reference quantisation, placed in the pair layout (kernels_impl.hpp).
+    cpu::quantize_row_q8_0(x.data() + t * cols, reference_q8.data(), cols);
+    const std::size_t chunk = t / 8, lane = t % 8;
+    for (std::size_t b = 0; b < blocks; ++b) {
       std::uint16_t d16;
       std::memcpy(&d16, reference_q8.data() + b * 34, 2);
-      REQUIRE(q8.q8_scales()[((t / 16) * (cols / 32) + b) * 16 + t % 16] == cpu::f16_to_f32(d16));
+      REQUIRE(q8.q8_scales()[(chunk * blocks + b) * 8 + lane] == cpu::f16_to_f32(d16));
+      const auto* q = reinterpret_cast<const std::int8_t*>(reference_q8.data() + b * 34 + 2);
+      for (std::size_t pos = 0; pos < 64; ++pos) {  // byte position in the 64-byte window
+        const std::size_t row = pos / 4, byte = pos % 4;
+        const std::size_t m = std::min<std::size_t>(8, n - chunk * 8);  // tokens in the chunk
+        if (b % 2 == 0) {
+          REQUIRE(tile_byte(chunk, b / 2, row, lane, byte) == (pos < 32 ? q[pos] : 0));
+        } else {
+          REQUIRE(tile_byte(chunk, b / 2, row, m + lane, byte) == (pos >= 34 ? q[pos - 34] : 0));
+        }
+      }
+      if (b % 2 == 1) {
+        const std::uint32_t fix = q8.q8_fix()[(chunk * slots + b / 2) * 8 + lane];
+        CHECK(static_cast<std::int16_t>(fix & 0xffff) == q[30]);
+        CHECK(static_cast<std::int16_t>(fix >> 16) == q[31]);
+      } else if (b + 1 == blocks) {  // odd last block: the partner column is zero
+        for (std::size_t row = 0; row < 16; ++row)
+          for (std::size_t byte = 0; byte < 4; ++byte)
+            REQUIRE(tile_byte(chunk, b / 2, row, std::min<std::size_t>(8, n - chunk * 8) + lane,
+                              byte) == 0);
+      }
     }
   }
 }
 
-TEST_CASE("attention: every Isa bitwise equal to portable and close to a double reference", "[cpu][kernels]") {
+TEST_CASE("attention: every Isa bitwise equal to portable and close to a double reference",
+          "[cpu][kernels]") {
   for (bool f16 : {false, true}) {
     for (std::size_t head_dim : {16, 24, 64, 80}) {
       for (std::size_t count : {1, 7, 16, 33}) {
         const std::size_t stride = head_dim + 8;  // rows further apart than one head, like a cache
-        const std::vector<float> q = normal_floats(head_dim, 1), kf = normal_floats(count * stride, 2),
+        const std::vector<float> q = normal_floats(head_dim, 1),
+                                 kf = normal_floats(count * stride, 2),
                                  vf = normal_floats(count * stride, 3);
         std::vector<std::uint16_t> k16(kf.size()), v16(vf.size());
         cpu::f32_to_f16_row(Isa::portable, kf.data(), k16.data(), kf.size());
@@ -273,15 +316,18 @@ TEST_CASE("attention: every Isa bitwise equal to portable and close to a double 
         auto vval = [&](std::size_t i) { return f16 ? cpu::f16_to_f32(v16[i]) : vf[i]; };
         double max = -1e300, sum = 0;
         for (std::size_t j = 0; j < count; ++j) {
-          for (std::size_t d = 0; d < head_dim; ++d) s[j] += static_cast<double>(q[d]) * kval(j * stride + d);
+          for (std::size_t d = 0; d < head_dim; ++d)
+            s[j] += static_cast<double>(q[d]) * kval(j * stride + d);
           s[j] /= std::sqrt(static_cast<double>(head_dim));
           max = std::max(max, s[j]);
         }
         for (std::size_t j = 0; j < count; ++j) sum += s[j] = std::exp(s[j] - max);
         for (std::size_t j = 0; j < count; ++j)
-          for (std::size_t d = 0; d < head_dim; ++d) expected[d] += s[j] / sum * vval(j * stride + d);
+          for (std::size_t d = 0; d < head_dim; ++d)
+            expected[d] += s[j] / sum * vval(j * stride + d);
         INFO("f16 " << f16 << " head_dim " << head_dim << " count " << count);
-        for (std::size_t d = 0; d < head_dim; ++d) REQUIRE(std::fabs(reference[d] - expected[d]) <= 1e-5);
+        for (std::size_t d = 0; d < head_dim; ++d)
+          REQUIRE(std::fabs(reference[d] - expected[d]) <= 1e-5);
         for (Isa isa : supported_isas()) {
           INFO(cpu::isa_name(isa));
           CHECK(bitwise_equal(run(isa), reference));
@@ -293,9 +339,12 @@ TEST_CASE("attention: every Isa bitwise equal to portable and close to a double 
 
 TEST_CASE("MatrixRef rejects unsupported tensors with their name", "[cpu][kernels]") {
   std::vector<std::byte> bytes(64 * 34);
-  CHECK_THROWS_WITH(cpu::MatrixRef::of(Tensor{"blk.0.ffn_up.weight", DType::q4_k, {1, 256}, bytes.data(), 144}),
-                    Catch::Contains("blk.0.ffn_up.weight") && Catch::Contains("not supported"));
-  CHECK_THROWS_WITH(cpu::MatrixRef::of(Tensor{"w", DType::q8_0, {2, 48}, bytes.data(), bytes.size()}),
-                    Catch::Contains("whole blocks"));
-  CHECK_THROWS_WITH(cpu::MatrixRef::of(Tensor{"w", DType::f32, {4, 64}, bytes.data(), 100}), Catch::Contains("bytes"));
+  CHECK_THROWS_WITH(
+      cpu::MatrixRef::of(Tensor{"blk.0.ffn_up.weight", DType::q4_k, {1, 256}, bytes.data(), 144}),
+      Catch::Contains("blk.0.ffn_up.weight") && Catch::Contains("not supported"));
+  CHECK_THROWS_WITH(
+      cpu::MatrixRef::of(Tensor{"w", DType::q8_0, {2, 48}, bytes.data(), bytes.size()}),
+      Catch::Contains("whole blocks"));
+  CHECK_THROWS_WITH(cpu::MatrixRef::of(Tensor{"w", DType::f32, {4, 64}, bytes.data(), 100}),
+                    Catch::Contains("bytes"));
 }

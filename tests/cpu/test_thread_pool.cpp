@@ -30,7 +30,8 @@ TEST_CASE("every task runs once, on a valid thread", "[cpu][pool]") {
 TEST_CASE("many short runs back to back, and after the workers fell asleep", "[cpu][pool]") {
   ThreadPool pool(2);
   std::atomic<long> total{0};
-  for (int round = 0; round < 2000; ++round) pool.run(3, [&](std::size_t task, std::size_t) { total += task; });
+  for (int round = 0; round < 2000; ++round)
+    pool.run(3, [&](std::size_t task, std::size_t) { total += task; });
   CHECK(total == 2000 * 3);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // workers stop spinning and sleep
   pool.run(4, [&](std::size_t, std::size_t) { total += 1; });

@@ -39,7 +39,8 @@ std::vector<Reference> read_reference(const std::filesystem::path& pair) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line);
-    refs.push_back({j.at("prompt_ids").get<std::vector<token_t>>(), j.at("target_greedy").get<std::vector<token_t>>(),
+    refs.push_back({j.at("prompt_ids").get<std::vector<token_t>>(),
+                    j.at("target_greedy").get<std::vector<token_t>>(),
                     j.at("draft_greedy").get<std::vector<token_t>>()});
   }
   return refs;
@@ -53,7 +54,8 @@ token_t argmax(std::span<const float> row) {
 }
 
 /// Greedy continuation of `prompt`, one token per forward after the prompt.
-std::vector<token_t> greedy(specdec::cpu::Transformer& model, const std::vector<token_t>& prompt, std::size_t count) {
+std::vector<token_t> greedy(specdec::cpu::Transformer& model, const std::vector<token_t>& prompt,
+                            std::size_t count) {
   model.reset();
   std::vector<token_t> out;
   specdec::LogitsView logits = model.forward(prompt);
@@ -87,8 +89,8 @@ TEST_CASE("trained pair reproduces the PyTorch greedy continuations", "[cpu][tin
         if (got == expected)
           ++matching;
         else
-          UNSCOPED_INFO(fmt::format("{} prompt {}: expected {}\n got {}", file, p, fmt::join(expected, " "),
-                                    fmt::join(got, " ")));
+          UNSCOPED_INFO(fmt::format("{} prompt {}: expected {}\n got {}", file, p,
+                                    fmt::join(expected, " "), fmt::join(got, " ")));
       }
       // Teacher-forced: one call over the prompt and the expected continuation.
       if (p % forced_stride != 0) continue;

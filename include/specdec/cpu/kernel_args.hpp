@@ -9,16 +9,16 @@ namespace specdec::cpu {
 
 /// One query head's attention over `count` cached positions.
 struct AttentionArgs {
-  const float* q = nullptr;     ///< [head_dim]
-  const void* k = nullptr;      ///< `count` rows of head_dim elements, row_stride elements apart
-  const void* v = nullptr;      ///< same layout as k
-  bool kv_f16 = false;          ///< k and v hold f16 (uint16) instead of f32
-  std::size_t count = 0;        ///< positions attended to (>= 1)
+  const float* q = nullptr;  ///< [head_dim]
+  const void* k = nullptr;   ///< `count` rows of head_dim elements, row_stride elements apart
+  const void* v = nullptr;   ///< same layout as k
+  bool kv_f16 = false;       ///< k and v hold f16 (uint16) instead of f32
+  std::size_t count = 0;     ///< positions attended to (>= 1)
   std::size_t head_dim = 0;
-  std::size_t row_stride = 0;   ///< elements from one position to the next
-  float scale = 1.0f;           ///< multiplies q . k (usually 1 / sqrt(head_dim))
-  float* scores = nullptr;      ///< scratch of `count` floats
-  float* out = nullptr;         ///< [head_dim]; may not alias q
+  std::size_t row_stride = 0;  ///< elements from one position to the next
+  float scale = 1.0f;          ///< multiplies q . k (usually 1 / sqrt(head_dim))
+  float* scores = nullptr;     ///< scratch of `count` floats
+  float* out = nullptr;        ///< [head_dim]; may not alias q
 };
 
 }  // namespace specdec::cpu

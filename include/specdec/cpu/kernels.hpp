@@ -56,12 +56,12 @@ enum class Isa : std::uint8_t {
 const char* isa_name(Isa isa) noexcept;
 
 struct CpuFeatures {
-  bool avx2 = false;       ///< AVX2, FMA, F16C and the OS saves ymm state
-  bool avx_vnni = false;   ///< AVX-VNNI (VEX vpdpbusd)
-  bool avx512 = false;     ///< AVX-512 F, BW, VL, DQ and the OS saves zmm state
+  bool avx2 = false;      ///< AVX2, FMA, F16C and the OS saves ymm state
+  bool avx_vnni = false;  ///< AVX-VNNI (VEX vpdpbusd)
+  bool avx512 = false;    ///< AVX-512 F, BW, VL, DQ and the OS saves zmm state
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
-  bool amx = false;        ///< AMX-TILE, -BF16, -INT8 and the kernel granted this process tile data
+  bool amx = false;  ///< AMX-TILE, -BF16, -INT8 and the kernel granted this process tile data
 };
 
 /// Detected once (cpuid, xgetbv, and for AMX the arch_prctl permission request).
@@ -109,7 +109,8 @@ InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols);
 class PackedInput {
  public:
   /// x: n rows of `cols` floats, row t at x + t * ldx.
-  void pack(Isa isa, DType weight_dtype, const float* x, std::size_t n, std::size_t cols, std::size_t ldx);
+  void pack(Isa isa, DType weight_dtype, const float* x, std::size_t n, std::size_t cols,
+            std::size_t ldx);
   /// pack() in two steps, so that threads can pack disjoint column ranges: prepare() sizes the
   /// buffers, then pack_columns() converts columns [col_begin, col_end) of every token. Ranges
   /// start and end at multiples of column_granule() (or at cols).
@@ -124,15 +125,21 @@ class PackedInput {
 
   // Layouts (read by the kernels; 64-byte aligned):
   //  f32:         f32 [n][cols]
-  //  bf16_tiles:  per chunk of 16 tokens and per 32 columns, a 16 x 64-byte AMX tile:
-  //               uint16 [chunks][cols/32][16 pairs][16 tokens][2]          (bf16, zero padded)
+  //  bf16_tiles:  per chunk of m <= 16 tokens and per 32 columns, an AMX tile of 16 rows (k pairs)
+  //               x m dwords (2 bf16): uint16 [chunks (16 * cols each)][cols/32][16][m][2]
   //  q8_0_rows:   int8 [n][cols], scales f32 [n][cols/32]
-  //  q8_0_tiles:  per chunk and per block, an 8 x 64-byte AMX tile:
-  //               int8 [chunks][cols/32][8][16 tokens][4], scales f32 [chunks][cols/32][16]
+  //  q8_0_tiles:  per chunk of m <= 8 tokens and per pair of blocks, an AMX tile of 16 rows x 2m
+  //               dwords, two columns per token (src/cpu/kernels_impl.hpp, pack_q8_0_pairs_avx512):
+  //               uint32 [chunks (256 * cols/64 rounded up each)][cols/64 rounded up][16][2m];
+  //               scales f32 [chunks][cols/32][8];
+  //               fix uint32 [chunks][cols/64 rounded up][8]
+  // Tile rows hold only the chunk's real tokens: a decode step's tile is a few cache lines.
   [[nodiscard]] const float* f32() const noexcept { return f32_.data(); }
   [[nodiscard]] const std::uint16_t* bf16() const noexcept { return bf16_.data(); }
   [[nodiscard]] const std::int8_t* q8() const noexcept { return q8_.data(); }
   [[nodiscard]] const float* q8_scales() const noexcept { return scales_.data(); }
+  [[nodiscard]] const std::uint32_t* q8_tiles() const noexcept { return words_.data(); }
+  [[nodiscard]] const std::uint32_t* q8_fix() const noexcept { return fix_.data(); }
 
  private:
   template <class T>
@@ -143,11 +150,14 @@ class PackedInput {
     AlignedAlloc(const AlignedAlloc<U>&) noexcept {}  // NOLINT(google-explicit-constructor)
     // Whole 64-byte lines, 64-byte aligned, so that full-width loads at the end stay inside.
     T* allocate(std::size_t count) {
-      return static_cast<T*>(::operator new((count * sizeof(T) + 63) / 64 * 64, std::align_val_t{64}));
+      return static_cast<T*>(
+          ::operator new ((count * sizeof(T) + 63) / 64 * 64, std::align_val_t{64}));
     }
-    void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
+    void deallocate(T* p, std::size_t) noexcept { ::operator delete (p, std::align_val_t{64}); }
     template <class U>
-    bool operator==(const AlignedAlloc<U>&) const noexcept { return true; }
+    bool operator==(const AlignedAlloc<U>&) const noexcept {
+      return true;
+    }
   };
   template <class T>
   using AlignedVector = std::vector<T, AlignedAlloc<T>>;
@@ -159,12 +169,13 @@ class PackedInput {
   AlignedVector<std::uint16_t> bf16_;
   AlignedVector<std::int8_t> q8_;
   AlignedVector<float> scales_;
+  AlignedVector<std::uint32_t> words_, fix_;
 };
 
 /// y[t * ldy + r] = dot(W[r, :], x[t, :]) for r in [row_begin, row_end) and t < x.n().
 /// x must have been packed for (isa, w.dtype) with x.cols() == w.cols.
-void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_begin, std::size_t row_end,
-            float* y, std::size_t ldy);
+void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_begin,
+            std::size_t row_end, float* y, std::size_t ldy);
 
 // ------------------------------------------------------------------------------------------------
 // Element conversions shared by the backend (round to nearest even, like the hardware)

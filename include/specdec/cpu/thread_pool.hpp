@@ -42,8 +42,12 @@ class ThreadPool {
       for (std::size_t i = 0; i < tasks; ++i) fn(i, std::size_t{0});
       return;
     }
-    run_erased(tasks, [](void* ctx, std::size_t task, std::size_t thread) { (*static_cast<F*>(ctx))(task, thread); },
-               &fn);
+    run_erased(
+        tasks,
+        [](void* ctx, std::size_t task, std::size_t thread) {
+          (*static_cast<F*>(ctx))(task, thread);
+        },
+        &fn);
   }
 
   /// One pool per thread count for the whole process, shared by every Transformer that asks for
@@ -58,7 +62,8 @@ class ThreadPool {
 
   std::mutex run_mutex_;  // one run() at a time
   // The current job. call_ and ctx_ are written before the job is published in claim_ and stay
-  // unchanged until all its tasks are done, so a thread that claimed one of its tasks may read them.
+  // unchanged until all its tasks are done, so a thread that claimed one of its tasks may read
+  // them.
   Call call_ = nullptr;
   void* ctx_ = nullptr;
   // claim_ = task count (high 32 bits) | next unclaimed task (low 32 bits). A thread claims with
@@ -66,7 +71,8 @@ class ThreadPool {
   // late worker can never run a task of a job that has finished, nor read a half-written job.
   alignas(64) std::atomic<std::uint64_t> claim_{0};
   alignas(64) std::atomic<std::uint32_t> done_tasks_{0};
-  alignas(64) std::atomic<std::uint32_t> generation_{0};  // bumped per job; sleeping workers wait on it
+  alignas(64) std::atomic<std::uint32_t> generation_{
+      0};  // bumped per job; sleeping workers wait on it
   std::atomic<std::uint32_t> sleeping_workers_{0};
   std::atomic<std::uint32_t> caller_sleeping_{0};
   std::atomic<bool> stop_{false};

@@ -29,7 +29,7 @@ namespace specdec::cpu {
 enum class KvType { f32, f16 };
 
 struct Options {
-  std::size_t threads = 0;         ///< 0: the number of physical cores this process may use
+  std::size_t threads = 0;  ///< 0: the number of physical cores this process may use
   KvType kv_type = KvType::f32;
   std::size_t context_length = 0;  ///< 0: the model's context length (config.context_length)
 };
@@ -39,7 +39,8 @@ class Transformer {
   /// Several Transformers may share one WeightStore (a draft and a target from one file, or two
   /// sequences of one model): weights exist once in memory. Throws specdec::Error when a tensor
   /// the config needs is missing, has the wrong shape or a dtype the CPU backend cannot use.
-  Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights, Options options = {});
+  Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights,
+              Options options = {});
   explicit Transformer(const LoadedModel& model, Options options = {});
   ~Transformer();
   Transformer(Transformer&&) noexcept;
