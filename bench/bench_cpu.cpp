@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "specdec/cpu/kernels.hpp"
+#include "specdec/cpu/thread_pool.hpp"
 #include "specdec/cpu/transformer.hpp"
 #include "specdec/model/loader.hpp"
 
@@ -257,9 +258,13 @@ int main(int argc, char** argv) {
         specdec::cpu::Transformer model(loaded, {.threads = threads});
         std::vector<token_t> prompt(context, 1);
         model.forward(prompt);
-        const Timing t = time_forward(model, 1, context, repeats);
-        fmt::print("noisy neighbour: {} threads={} decode T(1) median {:.2f} ms, best {:.2f} ms\n",
-                   label, threads, t.median * 1e3, t.best * 1e3);
+        const auto pool = specdec::cpu::ThreadPool::shared(threads);
+        const std::size_t solo_before = pool->solo_periods();
+        const Timing t = time_forward(model, 1, context, 4 * repeats);
+        fmt::print(
+            "noisy neighbour: {} threads={} decode T(1) median {:.2f} ms, best {:.2f} ms ({} "
+            "switches to solo runs)\n",
+            label, threads, t.median * 1e3, t.best * 1e3, pool->solo_periods() - solo_before);
       }
     }
   }

@@ -10,7 +10,13 @@
 //    too: if a worker is not running, the others simply take its share; only a task it has
 //    already claimed can delay the operation;
 //  - waiting threads spin only briefly (tens of microseconds), then sleep in the kernel (futex),
-//    which hands their CPU to the thread they are waiting for.
+//    which hands their CPU to the thread they are waiting for;
+//  - and when that is still not enough — a competing process keeps preempting the workers while
+//    they hold tasks, so that the caller spends a large part of each run waiting for them — the
+//    pool notices (StallMonitor) and runs everything on the calling thread for a while, then
+//    tries the workers again. With one CPU-bound neighbour on a 2-core machine this keeps a
+//    2-thread pool from being slower than a 1-thread one. Which thread runs a task never changes
+//    its result, so neither does the mode.
 
 #include <atomic>
 #include <cstddef>
@@ -21,6 +27,61 @@
 #include <vector>
 
 namespace specdec::cpu {
+
+/// Decides, from how long the caller of each parallel run waited for tasks that other threads
+/// had claimed (the "stall"), whether the next runs should use the workers. Runs are judged in
+/// windows of `window` runs: a window whose stalls exceed `max_stall_fraction` of its wall time
+/// sends the pool solo (caller only) for `solo_windows` windows, doubled (up to 64) each time
+/// the following trial window stalls again, and reset once a trial window is clean. Plain
+/// arithmetic, no clock: the pool feeds it the times.
+class StallMonitor {
+ public:
+  struct Options {
+    std::size_t window = 64;          ///< runs per decision
+    double max_stall_fraction = 0.2;  ///< of the window's wall time
+    std::size_t solo_windows = 4;     ///< first back-off, in windows
+    std::size_t max_solo_windows = 64;
+  };
+  StallMonitor() : StallMonitor(Options{}) {}
+  explicit StallMonitor(Options options) : options_(options), backoff_(options.solo_windows) {}
+
+  /// Whether the next run should hand tasks to the workers.
+  [[nodiscard]] bool parallel() const noexcept { return solo_runs_left_ == 0; }
+
+  /// Records a run: wall time, and the part of it the caller spent waiting for other threads
+  /// after it ran out of tasks to claim (0 for a solo run).
+  void record(double run_seconds, double stall_seconds) noexcept {
+    if (solo_runs_left_ > 0) {
+      --solo_runs_left_;
+      return;
+    }
+    run_seconds_ += run_seconds;
+    stall_seconds_ += stall_seconds;
+    if (++runs_ < options_.window) return;
+    const bool stalled = stall_seconds_ > options_.max_stall_fraction * run_seconds_;
+    runs_ = 0;
+    run_seconds_ = stall_seconds_ = 0;
+    if (stalled) {
+      solo_runs_left_ = backoff_ * options_.window;
+      backoff_ =
+          backoff_ * 2 > options_.max_solo_windows ? options_.max_solo_windows : backoff_ * 2;
+      ++solo_periods_;
+    } else {
+      backoff_ = options_.solo_windows;
+    }
+  }
+
+  /// How many times the monitor switched to solo runs (for benchmarks and tests).
+  [[nodiscard]] std::size_t solo_periods() const noexcept { return solo_periods_; }
+
+ private:
+  Options options_;
+  std::size_t backoff_;
+  std::size_t runs_ = 0;
+  double run_seconds_ = 0, stall_seconds_ = 0;
+  std::size_t solo_runs_left_ = 0;
+  std::size_t solo_periods_ = 0;
+};
 
 class ThreadPool {
  public:
@@ -38,8 +99,9 @@ class ThreadPool {
   template <class F>
   void run(std::size_t tasks, F&& fn) {
     if (tasks == 0) return;
-    if (tasks == 1 || workers_.empty()) {
+    if (tasks == 1 || workers_.empty() || !monitor_parallel()) {
       for (std::size_t i = 0; i < tasks; ++i) fn(i, std::size_t{0});
+      if (tasks > 1 && !workers_.empty()) record_solo_run();
       return;
     }
     run_erased(
@@ -54,11 +116,20 @@ class ThreadPool {
   /// that count (a draft and a target alternate on the same workers instead of competing).
   static std::shared_ptr<ThreadPool> shared(std::size_t threads);
 
+  /// Times the pool fell back to running on the caller alone because its workers kept stalling
+  /// (see StallMonitor); 0 on a quiet machine.
+  [[nodiscard]] std::size_t solo_periods() const;
+
  private:
   using Call = void (*)(void*, std::size_t, std::size_t);
   void run_erased(std::size_t tasks, Call call, void* ctx);
   void worker_main(std::size_t index);
   void work(std::size_t thread);
+  bool monitor_parallel();
+  void record_solo_run();
+
+  mutable std::mutex monitor_mutex_;  // guards monitor_ (runs may come from several threads)
+  StallMonitor monitor_;
 
   std::mutex run_mutex_;  // one run() at a time
   // The current job. call_ and ctx_ are written before the job is published in claim_ and stay
