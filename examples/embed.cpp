@@ -24,8 +24,8 @@ int main(int argc, char** argv) try {
   const specdec::Tokenizer& tokenizer = *target_file.tokenizer;
 
   // k = 4 drafted tokens per round; the vocabularies are checked to agree.
-  specdec::SpeculativeDecoder decoder(draft, target, specdec::SpeculativeOptions{.k = 4}, &tokenizer,
-                                      draft_file.tokenizer.get());
+  specdec::SpeculativeDecoder decoder(draft, target, specdec::SpeculativeOptions{.k = 4},
+                                      &tokenizer, draft_file.tokenizer.get());
   specdec::GenerationConfig config;
   config.max_new_tokens = 64;
   config.sampling.temperature = 0.8f;  // 0 is greedy; top_k, top_p, min_p too
@@ -39,8 +39,8 @@ int main(int argc, char** argv) try {
   const specdec::GenerationResult result =
       decoder.generate(tokenizer.encode(argv[3]), config, callbacks);
   std::printf("\n%zu tokens in %zu target passes, acceptance %.2f, %.0f tokens/s\n",
-              result.stats.tokens_emitted, result.stats.target_passes,
-              result.stats.acceptance_rate, result.stats.tokens_per_second);
+              result.stats.tokens_emitted, result.stats.target_passes, result.stats.acceptance_rate,
+              result.stats.tokens_per_second);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
