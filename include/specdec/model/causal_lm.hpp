@@ -21,7 +21,9 @@ struct LogitsView {
   Memory where = Memory::host;
 
   /// Row r as a span (host memory only).
-  [[nodiscard]] std::span<const float> row(std::size_t r) const { return {data + r * vocab, vocab}; }
+  [[nodiscard]] std::span<const float> row(std::size_t r) const {
+    return {data + r * vocab, vocab};
+  }
 };
 
 /// A causal language model with a KV cache.
@@ -33,7 +35,7 @@ concept CausalLM = requires(M& m, const M& cm, std::span<const token_t> t, std::
   { cm.context_length() } -> std::convertible_to<std::size_t>;
   { cm.cached() } -> std::convertible_to<std::size_t>;
   { m.forward(t) } -> std::same_as<LogitsView>;
-  { m.rollback(n) };
+  {m.rollback(n)};
 };
 
 }  // namespace specdec
