@@ -3,8 +3,9 @@
 //   bench_cpu MODEL.gguf [MODEL.gguf ...] [--threads 1,2] [--repeats 15] [--noisy]
 //
 // For each model and thread count it prints:
-//   - the read bandwidth this binary measures right before and after (best of 5 + 5 passes over
-//     1 GiB, same thread count, 16 streams per thread): the roofline's denominator;
+//   - the read bandwidth this binary measures right before and after (best of 3 + 3 passes of
+//     three probes over 1 GiB, same thread count, 16 streams per thread, see read_bandwidth):
+//     the roofline's denominator;
 //   - T(n), the median wall time of one forward call of n = 1, 2, 4, 8, 16 tokens after a 32-token
 //     prompt (the call is rolled back after each repeat, so every repeat sees the same context);
 //   - decode tokens/s = 1 / T(1), the roofline time = (bytes of weights read per forward + KV
@@ -31,7 +32,6 @@
 #include <unistd.h>
 
 #include "specdec/cpu/kernels.hpp"
-#include "specdec/cpu/thread_pool.hpp"
 #include "specdec/cpu/transformer.hpp"
 #include "specdec/model/loader.hpp"
 
@@ -53,43 +53,53 @@ double median(std::vector<double> v) {
 /// the resident-memory figures of the models do not include it).
 std::vector<std::uint64_t>& bandwidth_buffer() {
   static std::vector<std::uint64_t> buffer = [] {
-    std::vector<std::uint64_t> b((std::size_t{1} << 30) / 8);
+    // 1 GiB, plus room for the prefetches that run ahead of the last stream.
+    std::vector<std::uint64_t> b((std::size_t{1} << 30) / 8 + 512);
     for (std::size_t i = 0; i < b.size(); ++i) b[i] = i;
     return b;
   }();
   return buffer;
 }
 
-/// Read bandwidth in bytes/s with `threads` threads streaming disjoint parts of the buffer; best
-/// of `passes`.
-double read_bandwidth(std::size_t threads, int passes = 5) {
+/// Read bandwidth in bytes/s with `threads` threads streaming disjoint parts of the buffer: the
+/// best of `passes` passes of each probe. Probes: 16 streams over consecutive sixteenths of a
+/// thread's part, advanced together (more lines in flight than one sequential stream gets, and
+/// the access pattern of the kernels, which stream 16 or 32 weight rows at once), without and
+/// with software prefetching (T2 hint, 512 B and 2 KiB ahead of each stream) as the AVX-512
+/// kernels do: on some machines prefetching moves more bytes per second than the hardware
+/// prefetchers alone, and the roofline must be the fastest read this binary can do.
+double read_bandwidth(std::size_t threads, int passes = 3) {
   const std::vector<std::uint64_t>& buffer = bandwidth_buffer();
+  constexpr std::size_t streams = 16;
+  const std::size_t per = (buffer.size() - 512) / threads;
+  const std::size_t len = per / streams / 8 * 8;  // uint64 per stream, whole lines
   double best = 0;
   for (int p = 0; p < passes; ++p) {
-    std::vector<std::uint64_t> sums(threads * 8);
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    const std::size_t per = buffer.size() / threads;
-    for (std::size_t t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] {
-        // 16 streams over consecutive sixteenths of the thread's part, advanced together: more
-        // lines in flight than one sequential stream gets (here 14-15 GB/s against 10-11 on one
-        // core), and the access pattern of the kernels, which stream 16 or 32 weight rows at once.
-        constexpr std::size_t streams = 16;
-        const std::size_t len = per / streams / 8 * 8;
-        std::uint64_t s[streams][8] = {};
-        const std::uint64_t* p = buffer.data() + t * per;
-        for (std::size_t i = 0; i < len; i += 8)
+    for (const std::size_t distance : {std::size_t{0}, std::size_t{64}, std::size_t{256}}) {
+      std::vector<std::uint64_t> sums(threads * 8);
+      const auto t0 = Clock::now();
+      std::vector<std::thread> pool;
+      for (std::size_t t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+          std::uint64_t s[streams][8] = {};
+          const std::uint64_t* base = buffer.data() + t * per;
+          for (std::size_t i = 0; i < len; i += 8)
+            for (std::size_t k = 0; k < streams; ++k) {
+              const std::uint64_t* line = base + k * len + i;
+              // Past the end of a stream the prefetch lands in the next one or in the slack
+              // at the end of the buffer: the same count of lines either way.
+              if (distance != 0) __builtin_prefetch(line + distance, 0, 1);
+              for (int j = 0; j < 8; ++j) s[k][j] += line[j];
+            }
           for (std::size_t k = 0; k < streams; ++k)
-            for (int j = 0; j < 8; ++j) s[k][j] += p[k * len + i + j];
-        for (std::size_t k = 0; k < streams; ++k)
-          for (int j = 0; j < 8; ++j) sums[t * 8 + j] += s[k][j];
-      });
-    for (auto& th : pool) th.join();
-    const double bw = static_cast<double>(per / 16 / 8 * 8 * 16 * threads * 8) / seconds_since(t0);
-    best = std::max(best, bw);
-    if (std::find(sums.begin(), sums.end(), 42) != sums.end())
-      fmt::print("");  // keep the sums alive
+            for (int j = 0; j < 8; ++j) sums[t * 8 + j] += s[k][j];
+        });
+      for (auto& th : pool) th.join();
+      const double bytes = static_cast<double>(len * streams * threads * sizeof(std::uint64_t));
+      best = std::max(best, bytes / seconds_since(t0));
+      if (std::find(sums.begin(), sums.end(), 42) != sums.end())
+        fmt::print("");  // keep the sums alive
+    }
   }
   return best;
 }
@@ -107,7 +117,7 @@ std::size_t weight_bytes_per_forward(const specdec::ModelConfig& c, const specde
 }
 
 struct Timing {
-  double median, best;
+  double median, best, mean;
 };
 
 /// T(n): forward of n tokens after `context` cached, rolled back after each repeat.
@@ -125,7 +135,10 @@ Timing time_forward(specdec::cpu::Transformer& model, std::size_t n, std::size_t
     times.push_back(seconds_since(t0));
     model.rollback(context);
   }
-  return {median(times), *std::min_element(times.begin(), times.end())};
+  double sum = 0;
+  for (double t : times) sum += t;
+  return {median(times), *std::min_element(times.begin(), times.end()),
+          sum / static_cast<double>(times.size())};
 }
 
 struct Memory {
@@ -252,20 +265,36 @@ int main(int argc, char** argv) {
     }
 
     if (noisy) {
+      // One competing CPU-bound process. 1-thread and 2-thread decode alternate in 5 rounds of
+      // `repeats` steps each (the neighbour's effect drifts), on two models that live through
+      // all rounds (like a generation; the 2-thread model's ParallelismChooser keeps learning).
       BusyProcess neighbour;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::vector<std::unique_ptr<specdec::cpu::Transformer>> models;
+      std::vector<std::vector<double>> means(2), medians(2);
       for (std::size_t threads : {std::size_t{1}, std::size_t{2}}) {
-        specdec::cpu::Transformer model(loaded, {.threads = threads});
-        std::vector<token_t> prompt(context, 1);
-        model.forward(prompt);
-        const auto pool = specdec::cpu::ThreadPool::shared(threads);
-        const std::size_t solo_before = pool->solo_periods();
-        const Timing t = time_forward(model, 1, context, 4 * repeats);
-        fmt::print(
-            "noisy neighbour: {} threads={} decode T(1) median {:.2f} ms, best {:.2f} ms ({} "
-            "switches to solo runs)\n",
-            label, threads, t.median * 1e3, t.best * 1e3, pool->solo_periods() - solo_before);
+        models.push_back(std::make_unique<specdec::cpu::Transformer>(
+            loaded, specdec::cpu::Options{.threads = threads}));
+        models.back()->forward(std::vector<token_t>(context, 1));
       }
+      const auto before = models[1]->threading_stats();
+      for (int round = 0; round < 5; ++round)
+        for (std::size_t i = 0; i < 2; ++i) {
+          const Timing t = time_forward(*models[i], 1, context, repeats);
+          means[i].push_back(t.mean);
+          medians[i].push_back(t.median);
+        }
+      const auto after = models[1]->threading_stats();
+      for (std::size_t i = 0; i < 2; ++i)
+        fmt::print(
+            "noisy neighbour: {} threads={} decode T(1) mean {:.2f} ms (= {:.1f} tok/s), median "
+            "{:.2f} ms (medians of 5 alternating rounds of {} steps)\n",
+            label, i + 1, median(means[i]) * 1e3, 1.0 / median(means[i]), median(medians[i]) * 1e3,
+            repeats);
+      fmt::print(
+          "noisy neighbour: the 2-thread model ran {} of {} steps on the calling thread alone\n",
+          after.alone - before.alone,
+          after.alone + after.with_workers - before.alone - before.with_workers);
     }
   }
   fmt::print(

@@ -1,6 +1,7 @@
-// Google Benchmark of the CPU backend's matrix kernels, one thread, on a weight matrix that fits
-// in L2 (so the numbers show the compute side of each kernel, not the memory system):
-//   specdec_bench_cpu_kernels --benchmark_filter=q8_0
+// Google Benchmark of the CPU backend's matrix kernels, one thread: BM_matmul on a weight matrix
+// that fits in L2 (so the numbers show the compute side of each kernel, not the memory system),
+// BM_matmul_stream on one far larger than the caches (BF16 and Q8_0 only):
+//   specdec_bench_cpu_kernels --benchmark_filter=BM_matmul/3/
 // Arguments: dtype (0 f32, 1 f16, 2 bf16, 3 q8_0), tokens n, Isa (0 portable .. 3 amx).
 // Counters: weight bytes streamed per second (what must exceed the DRAM bandwidth per core for
 // decode to be memory-bound) and tokens x weights per second.
@@ -8,6 +9,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "specdec/cpu/kernels.hpp"
@@ -20,7 +22,15 @@ using cpu::Isa;
 
 constexpr DType dtypes[] = {DType::f32, DType::f16, DType::bf16, DType::q8_0};
 
-void BM_matmul(benchmark::State& state) {
+/// Which kernel an Isa level picks beyond its name: the AVX-512 extensions it uses when present.
+std::string kernel_note(Isa isa, DType dtype) {
+  if (isa != Isa::avx512) return "";
+  if (dtype == DType::q8_0) return cpu::cpu_features().avx512_vnni ? " (vnni)" : " (avx2 kernel)";
+  if (dtype == DType::bf16 && cpu::cpu_features().avx512_bf16) return " (avx512_bf16)";
+  return "";
+}
+
+void run_matmul(benchmark::State& state, std::size_t rows, std::size_t cols) {
   const DType dtype = dtypes[state.range(0)];
   const auto n = static_cast<std::size_t>(state.range(1));
   const auto isa = static_cast<Isa>(state.range(2));
@@ -28,7 +38,6 @@ void BM_matmul(benchmark::State& state) {
     state.SkipWithError("Isa not supported here");
     return;
   }
-  const std::size_t rows = 128, cols = 2048;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> w(rows * cols), x(n * cols);
@@ -70,8 +79,16 @@ void BM_matmul(benchmark::State& state) {
       static_cast<double>(bytes.size()), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(rows * cols * n),
                                                benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(dtype_name(dtype)) + " " + cpu::isa_name(isa));
+  state.SetLabel(std::string(dtype_name(dtype)) + " " + cpu::isa_name(isa) +
+                 kernel_note(isa, dtype));
 }
+
+/// A matrix that fits in L2: the compute side of each kernel.
+void BM_matmul(benchmark::State& state) { run_matmul(state, 128, 2048); }
+
+/// A matrix far larger than the last-level cache (256 MB in BF16): what one thread gets from
+/// memory, and whether a kernel's work for n tokens hides behind the weight stream.
+void BM_matmul_stream(benchmark::State& state) { run_matmul(state, 65536, 2048); }
 
 void BM_pack(benchmark::State& state) {
   const DType dtype = dtypes[state.range(0)];
@@ -90,6 +107,12 @@ BENCHMARK(BM_matmul)
     ->ArgsProduct({{0, 1, 2, 3}, {1, 4, 8, 16}, {0, 1, 2, 3}})
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_matmul_stream)
+    ->ArgsProduct({{2, 3},
+                   {1, 4, 8, 16},
+                   {static_cast<int>(Isa::avx2), static_cast<int>(Isa::avx512)}})
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_pack)->ArgsProduct({{0, 2, 3}, {1, 16}})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

@@ -301,7 +301,9 @@ MatrixRef MatrixRef::of(const Tensor& t) {
 InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols) {
   switch (weight_dtype) {
     case DType::bf16:
-      return isa == Isa::amx && cols % 32 == 0 ? InputFormat::bf16_tiles : InputFormat::f32;
+      if (isa == Isa::amx && cols % 32 == 0) return InputFormat::bf16_tiles;
+      if (isa == Isa::avx512 && cpu_features().avx512_bf16) return InputFormat::bf16_rows;
+      return InputFormat::f32;
     case DType::q8_0:
       return isa == Isa::amx ? InputFormat::q8_0_tiles : InputFormat::q8_0_rows;
     default:
@@ -367,12 +369,16 @@ void PackedInput::prepare(Isa isa, DType weight_dtype, std::size_t n, std::size_
     case InputFormat::f32:
       f32_.resize(n * cols);
       break;
+    case InputFormat::bf16_rows:
+      bf16_.resize(n * cols);
+      break;
     case InputFormat::bf16_tiles:
       bf16_.resize(chunks * cols * 16);
       break;
     case InputFormat::q8_0_rows:
       q8_.resize(n * cols);
       scales_.resize(n * blocks);
+      offsets_.resize(n * blocks);
       break;
     case InputFormat::q8_0_tiles: {
       const std::size_t chunks8 = (n + 7) / 8, slots = (blocks + 1) / 2;
@@ -401,12 +407,22 @@ void PackedInput::pack_columns(const float* x, std::size_t ldx, std::size_t col_
                                      dst);  // only for Isa::amx, which has AVX-512
       return;
     }
+    case InputFormat::bf16_rows:  // only for Isa::avx512
+      detail::pack_bf16_rows_avx512(x, n, ldx, cols, col_begin, col_end, bf16_.data());
+      return;
     case InputFormat::q8_0_rows: {
       const std::size_t blocks = cols / q8_block_elems;
+      if (isa_ == Isa::avx512)
+        return detail::pack_q8_0_rows_avx512(x, n, ldx, cols, col_begin / 32, col_end / 32,
+                                             q8_.data(), scales_.data(), offsets_.data());
       for (std::size_t t = 0; t < n; ++t)
-        for (std::size_t b = col_begin / 32; b < col_end / 32; ++b)
-          quantize_q8_0_block(x + t * ldx + b * 32, q8_.data() + t * cols + b * 32,
-                              scales_.data() + t * blocks + b);
+        for (std::size_t b = col_begin / 32; b < col_end / 32; ++b) {
+          std::int8_t* q = q8_.data() + t * cols + b * 32;
+          quantize_q8_0_block(x + t * ldx + b * 32, q, scales_.data() + t * blocks + b);
+          std::int32_t sum = 0;
+          for (std::size_t j = 0; j < q8_block_elems; ++j) sum += q[j];
+          offsets_[t * blocks + b] = -128 * sum;
+        }
       return;
     }
     case InputFormat::q8_0_tiles:  // only for Isa::amx, which has AVX-512
@@ -604,11 +620,16 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
       return detail::fma_matmul_portable(args);
     }
     case InputFormat::q8_0_rows: {
-      const detail::Q8RowsArgs args{w0,    w.row_bytes, rows, w.cols, x.q8(), x.q8_scales(),
-                                    x.n(), y0,          ldy};
+      const detail::Q8RowsArgs args{
+          w0, w.row_bytes, rows, w.cols, x.q8(), x.q8_scales(), x.q8_offsets(), x.n(), y0, ldy};
+      if (isa == Isa::avx512 && cpu_features().avx512_vnni)
+        return detail::q8_matmul_avx512vnni(args);
       if (isa == Isa::avx2 || isa == Isa::avx512) return detail::q8_matmul_avx2(args);
       return detail::q8_matmul_portable(args);
     }
+    case InputFormat::bf16_rows:
+      return detail::bf16_matmul_avx512bf16(
+          {w0, w.row_bytes, rows, w.cols, x.bf16(), x.n(), y0, ldy});
     case InputFormat::bf16_tiles:
     case InputFormat::q8_0_tiles: {
       const bool bf16 = x.format() == InputFormat::bf16_tiles;

@@ -239,7 +239,45 @@ inline __m512 round_half_away(__m512 r) {
   return _mm512_mask_add_ps(t, up, t, one);
 }
 
+/// One block of 32 activations quantised as quantize_q8_0_block in kernels.cpp does it (d = amax
+/// / 127, q = roundf(x / d), NaN -> 0): the 32 quants, and the scale rounded to f16 in `scale`.
+inline __m256i quantize_q8_0_block(const float* xb, float& scale) {
+  const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+  // max_ps returns its second operand when either is NaN: NaNs never reach amax.
+  const __m512 m =
+      _mm512_max_ps(_mm512_abs_ps(v0), _mm512_max_ps(_mm512_abs_ps(v1), _mm512_setzero_ps()));
+  const float amax = _mm512_reduce_max_ps(m);
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const __m512 vid = _mm512_set1_ps(id);
+  const __m128i q0 =
+      _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, vid))));
+  const __m128i q1 =
+      _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, vid))));
+  scale = _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+}
+
 }  // namespace
+
+void pack_q8_0_rows_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t cols,
+                           std::size_t b0, std::size_t b1, std::int8_t* q8, float* scales,
+                           std::int32_t* offsets) {
+  const std::size_t blocks = cols / 32;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t b = b0; b < b1; ++b) {
+      const __m256i q = quantize_q8_0_block(x + t * ldx + b * 32, scales[t * blocks + b]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q8 + t * cols + b * 32), q);
+      // sum(q) = sum(q + 128) - 32 * 128, the unsigned sum in four 64-bit lanes.
+      const __m256i sums = _mm256_sad_epu8(_mm256_xor_si256(q, flip), _mm256_setzero_si256());
+      const __m128i half =
+          _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+      const auto sum = static_cast<std::int32_t>(
+          _mm_cvtsi128_si64(_mm_add_epi64(half, _mm_unpackhi_epi64(half, half))));
+      offsets[t * blocks + b] = -128 * (sum - 32 * 128);
+    }
+}
 
 void pack_bf16_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t pairs,
                             std::size_t p0, std::size_t p1, std::uint32_t* out) {
@@ -260,6 +298,16 @@ void pack_bf16_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std:
   }
 }
 
+void pack_bf16_rows_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t cols,
+                           std::size_t c0, std::size_t c1, std::uint16_t* out) {
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t k = c0; k < c1; k += 16) {
+      const __mmask16 mask = c1 - k >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(c1 - k);
+      const __m512i bits = to_bf16_bits(_mm512_maskz_loadu_ps(mask, x + t * ldx + k));
+      _mm256_mask_storeu_epi16(out + t * cols + k, mask, _mm512_cvtepi32_epi16(bits));
+    }
+}
+
 void pack_q8_0_pairs_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t blocks,
                             std::size_t b0, std::size_t b1, std::uint32_t* out, float* scales,
                             std::uint32_t* fix) {
@@ -274,22 +322,9 @@ void pack_q8_0_pairs_avx512(const float* x, std::size_t n, std::size_t ldx, std:
         n - 8 * c < 8 ? n - 8 * c : 8;  // of this chunk: a tile row is 2 * tokens dwords
     const __m512i rows = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(static_cast<int>(2 * tokens)));
     for (std::size_t b = b0; b < b1; ++b) {
-      const float* xb = x + t * ldx + b * 32;
-      const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
-      // max_ps returns its second operand when either is NaN: NaNs never reach amax.
-      const __m512 m =
-          _mm512_max_ps(_mm512_abs_ps(v0), _mm512_max_ps(_mm512_abs_ps(v1), _mm512_setzero_ps()));
-      const float amax = _mm512_reduce_max_ps(m);
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      const __m512 vid = _mm512_set1_ps(id);
-      const __m128i q0 =
-          _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, vid))));
-      const __m128i q1 =
-          _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, vid))));
-      const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
-      scales[(c * blocks + b) * 8 + lane] =
-          _cvtsh_ss(_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      float d = 0.0f;
+      const __m256i q = quantize_q8_0_block(x + t * ldx + b * 32, d);
+      scales[(c * blocks + b) * 8 + lane] = d;
       std::uint32_t* slot = out + c * slots * 256 + (b / 2) * 32 * tokens;
       if (b % 2 == 0) {  // column `lane`: rows 0-7 the quants, rows 8-15 zero
         _mm512_i32scatter_epi32(slot + lane, rows, _mm512_zextsi256_si512(q), 4);

@@ -1,9 +1,9 @@
 #pragma once
-// Entry points of the per-instruction-set kernel files. kernels_avx2.cpp, kernels_avx512.cpp and
-// kernels_amx.cpp are compiled with their own -m flags (sources.cmake); they include nothing but
-// this header and <immintrin.h>, and use no standard-library templates, so that no inline function
-// compiled for AVX-512 can be merged by the linker into code that runs on an older CPU.
-// kernels.cpp checks the CPU before calling any of them.
+// Entry points of the per-instruction-set kernel files. kernels_avx2.cpp, kernels_avx512.cpp,
+// kernels_avx512vnni.cpp and kernels_amx.cpp are compiled with their own -m flags (sources.cmake);
+// they include nothing but this header and <immintrin.h>, and use no standard-library templates, so
+// that no inline function compiled for AVX-512 can be merged by the linker into code that runs on
+// an older CPU. kernels.cpp checks the CPU before calling any of them.
 //
 // The reduction orders they implement are described in include/specdec/cpu/kernels.hpp; every
 // function here computes exactly that order (the tests compare each with the portable one bit for
@@ -40,7 +40,9 @@ void fma_matmul_portable(const FmaArgs& a);
 void fma_matmul_avx2(const FmaArgs& a);
 void fma_matmul_avx512(const FmaArgs& a);
 
-/// The Q8_0 paths with row-major quantised activations: xq int8 [n][cols], xd f32 [n][cols/32].
+/// The Q8_0 paths with row-major quantised activations: xq int8 [n][cols], xd f32 [n][cols/32],
+/// x_offsets int32 [n][cols/32] = -128 * (sum of the block's 32 quants), the term that the VNNI
+/// kernel's unsigned weights (w + 128) add to each block's dot product (the others ignore it).
 struct Q8RowsArgs {
   const std::byte* w;
   std::size_t row_bytes;
@@ -48,12 +50,29 @@ struct Q8RowsArgs {
   std::size_t cols;
   const std::int8_t* xq;
   const float* xd;
+  const std::int32_t* x_offsets;
   std::size_t n;
   float* y;
   std::size_t ldy;
 };
 void q8_matmul_portable(const Q8RowsArgs& a);
 void q8_matmul_avx2(const Q8RowsArgs& a);
+/// AVX512-VNNI (kernels_avx512vnni.cpp): needs cpu_features().avx512_vnni.
+void q8_matmul_avx512vnni(const Q8RowsArgs& a);
+
+/// BF16 weights with bf16 activations xb uint16 [n][cols] (row stride cols), AVX512-BF16
+/// (kernels_avx512vnni.cpp): needs cpu_features().avx512_bf16. y as for the fma paths.
+struct Bf16RowsArgs {
+  const std::byte* w;
+  std::size_t row_bytes;
+  std::size_t rows;
+  std::size_t cols;
+  const std::uint16_t* xb;
+  std::size_t n;
+  float* y;
+  std::size_t ldy;
+};
+void bf16_matmul_avx512bf16(const Bf16RowsArgs& a);
 
 /// AMX paths. rows must be a multiple of 16 (the caller pads a tail into a copy).
 /// BF16: xt = bf16 tiles [chunks][cols/32][16][16][2]; cols % 32 == 0.
@@ -99,6 +118,15 @@ void pack_bf16_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std:
 void pack_q8_0_pairs_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t blocks,
                             std::size_t b0, std::size_t b1, std::uint32_t* out, float* scales,
                             std::uint32_t* fix);
+/// Blocks [b0, b1) of the q8_0_rows layout (int8 [n][cols], scales and offsets [n][cols/32]) with
+/// AVX-512, the same values as the portable packing.
+void pack_q8_0_rows_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t cols,
+                           std::size_t b0, std::size_t b1, std::int8_t* q8, float* scales,
+                           std::int32_t* offsets);
+/// Columns [c0, c1) of the bf16_rows layout (uint16 [n][cols], f32_to_bf16 of each value) with
+/// AVX-512; c0 is a multiple of 16.
+void pack_bf16_rows_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t cols,
+                           std::size_t c0, std::size_t c1, std::uint16_t* out);
 /// Requests AMX tile data permission for the process (Linux arch_prctl); true when granted.
 bool amx_request_permission();
 

@@ -3,6 +3,7 @@ list(APPEND SOURCES
   cpu/kernels.cpp
   cpu/kernels_avx2.cpp
   cpu/kernels_avx512.cpp
+  cpu/kernels_avx512vnni.cpp
   cpu/kernels_amx.cpp
   cpu/thread_pool.cpp
   cpu/transformer.cpp)
@@ -22,5 +23,8 @@ set_source_files_properties(cpu/kernels_avx2.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx2}")
 set_source_files_properties(cpu/kernels_avx512.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx512}")
+# Called only when cpu_features() reports AVX512_VNNI (Q8_0) or AVX512_BF16 (BF16) respectively.
+set_source_files_properties(cpu/kernels_avx512vnni.cpp
+  PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx512};-mavx512vnni;-mavx512bf16")
 set_source_files_properties(cpu/kernels_amx.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx512};-mamx-tile;-mamx-bf16;-mamx-int8")

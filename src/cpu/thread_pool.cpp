@@ -120,40 +120,18 @@ void ThreadPool::run_erased(std::size_t tasks, Call call, void* ctx) {
   generation_.fetch_add(1);  // seq_cst: pairs with sleeping_workers_ in worker_main
   if (sleeping_workers_.load() != 0) wake_all(generation_);
 
-  const auto start = Clock::now();
   work(0);
-  const auto caller_done = Clock::now();
 
   // Wait for tasks still held by other threads: spin briefly, then sleep.
   auto all_done = [&] { return done_tasks_.load(std::memory_order_acquire) == tasks; };
-  if (!spin_until(all_done, caller_spin)) {
-    for (;;) {
-      const std::uint32_t seen = done_tasks_.load();
-      if (seen == tasks) break;
-      caller_sleeping_.store(1);
-      if (done_tasks_.load() == seen) wait_while_equal(done_tasks_, seen);
-      caller_sleeping_.store(0);
-    }
+  if (spin_until(all_done, caller_spin)) return;
+  for (;;) {
+    const std::uint32_t seen = done_tasks_.load();
+    if (seen == tasks) return;
+    caller_sleeping_.store(1);
+    if (done_tasks_.load() == seen) wait_while_equal(done_tasks_, seen);
+    caller_sleeping_.store(0);
   }
-  const auto end = Clock::now();
-  const std::lock_guard monitor_lock(monitor_mutex_);
-  monitor_.record(std::chrono::duration<double>(end - start).count(),
-                  std::chrono::duration<double>(end - caller_done).count());
-}
-
-bool ThreadPool::monitor_parallel() {
-  const std::lock_guard lock(monitor_mutex_);
-  return monitor_.parallel();
-}
-
-void ThreadPool::record_solo_run() {
-  const std::lock_guard lock(monitor_mutex_);
-  monitor_.record(0, 0);
-}
-
-std::size_t ThreadPool::solo_periods() const {
-  const std::lock_guard lock(monitor_mutex_);
-  return monitor_.solo_periods();
 }
 
 void ThreadPool::worker_main(std::size_t index) {

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -142,11 +143,21 @@ struct Transformer::State {
 
   // Activations of one step of n tokens, row-major [n][width].
   std::vector<float> x, xn, q, k, v, attn, proj, gate, up, hidden;
-  std::vector<float> rope_cos, rope_sin;  // [n][head_dim / 2]
-  std::vector<float> logits;              // [tokens of the call][vocab]
-  std::array<PackedInput, 4> packs;       // the current input, per InputFormat
+  std::vector<float> rope_cos, rope_sin;              // [n][head_dim / 2]
+  std::vector<float> logits;                          // [tokens of the call][vocab]
+  std::array<PackedInput, input_format_count> packs;  // the current input, per InputFormat
   std::vector<std::vector<float>>
       scratch;  // per thread: attention scores [context] + head [head_dim]
+
+  // Whether the current step hands tasks to the pool's workers, chosen per kind of step from
+  // measured times (ParallelismChooser): steps of 1, 2-4, 5-8 and 9-16 tokens. Longer steps
+  // (prefill) always use the workers.
+  bool use_workers = true;
+  bool adaptive_threads = true;
+  std::array<ParallelismChooser, 4> choosers;
+  static std::size_t chooser_index(std::size_t n) {
+    return n <= 1 ? 0 : n <= 4 ? 1 : n <= 8 ? 2 : 3;
+  }
 
   [[nodiscard]] std::size_t kv_offset(std::size_t layer, bool value, std::size_t head,
                                       std::size_t pos, std::size_t head_dim) const {
@@ -158,7 +169,7 @@ struct Transformer::State {
   /// packed by the pool, in column ranges.
   void pack(const float* in, std::size_t n, std::size_t cols,
             std::initializer_list<const MatrixRef*> ms) {
-    std::array<bool, 4> done{};
+    std::array<bool, input_format_count> done{};
     for (const MatrixRef* m : ms) {
       const auto f = static_cast<std::size_t>(input_format(isa, m->dtype, cols));
       if (done[f]) continue;
@@ -170,9 +181,12 @@ struct Transformer::State {
       const std::size_t per_task =
           n < 2 ? cols : round_up(std::max<std::size_t>(granule, 4096 / n), granule);
       const std::size_t tasks = (cols + per_task - 1) / per_task;
-      pool->run(tasks, [&](std::size_t task, std::size_t) {
-        p.pack_columns(in, cols, task * per_task, std::min(cols, (task + 1) * per_task));
-      });
+      pool->run(
+          tasks,
+          [&](std::size_t task, std::size_t) {
+            p.pack_columns(in, cols, task * per_task, std::min(cols, (task + 1) * per_task));
+          },
+          use_workers);
     }
   }
   const PackedInput& packed(const MatrixRef& m) const {
@@ -204,6 +218,7 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   State& s = *state_;
   s.isa = default_isa();
   s.pool = ThreadPool::shared(options.threads != 0 ? options.threads : physical_cores());
+  s.adaptive_threads = options.adaptive_threads;
 
   s.embed = load_matrix(w, "token_embd.weight", c.vocab_size, c.dim);
   s.output = c.tied_embeddings || w.find("output.weight") == nullptr
@@ -254,6 +269,15 @@ Transformer& Transformer::operator=(Transformer&&) noexcept = default;
 
 std::size_t Transformer::threads() const noexcept { return state_->pool->size(); }
 
+Transformer::ThreadingStats Transformer::threading_stats() const noexcept {
+  ThreadingStats stats;
+  for (const ParallelismChooser& c : state_->choosers) {
+    stats.with_workers += c.calls(true);
+    stats.alone += c.calls(false);
+  }
+  return stats;
+}
+
 std::size_t Transformer::kv_cache_bytes() const noexcept {
   const std::size_t elements = config_.n_layers * state_->layer_stride;
   return elements * (options_.kv_type == KvType::f16 ? 2 : 4);
@@ -281,6 +305,18 @@ LogitsView Transformer::forward(std::span<const token_t> tokens) {
   State& s = *state_;
   const ModelConfig& c = config_;
   s.logits.resize(tokens.size() * c.vocab_size);
+  if (tokens.size() <= 16 && s.adaptive_threads && s.pool->size() > 1) {
+    // Decode and verify steps: workers or the calling thread alone, whichever has been faster
+    // lately for steps of this size (the results are the same either way).
+    ParallelismChooser& chooser = s.choosers[State::chooser_index(tokens.size())];
+    s.use_workers = chooser.use_workers();
+    const auto start = std::chrono::steady_clock::now();
+    step(tokens, s.logits.data());
+    chooser.record(s.use_workers,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    s.use_workers = true;
+    return LogitsView{s.logits.data(), tokens.size(), c.vocab_size, Memory::host};
+  }
   for (std::size_t first = 0; first < tokens.size(); first += max_step_tokens) {
     const std::size_t n = std::min(max_step_tokens, tokens.size() - first);
     step(tokens.subspan(first, n), s.logits.data() + first * c.vocab_size);
@@ -297,6 +333,7 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
   const Isa isa = s.isa;
   ThreadPool& pool = *s.pool;
   const std::size_t threads = pool.size();
+  auto run = [&](std::size_t tasks, auto&& fn) { pool.run(tasks, fn, s.use_workers); };
 
   s.x.resize(n * dim);
   s.xn.resize(n * dim);
@@ -333,7 +370,7 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
   auto project = [&](const MatrixRef& w, float* y, std::size_t ldy, auto&& epilogue) {
     const auto [per_task, tasks] = row_tasks(w.rows);
     const PackedInput& in = s.packed(w);
-    pool.run(tasks, [&](std::size_t task, std::size_t) {
+    run(tasks, [&](std::size_t task, std::size_t) {
       const std::size_t r0 = task * per_task, r1 = std::min(w.rows, r0 + per_task);
       matmul(isa, w, in, r0, r1, y, ldy);
       epilogue(r0, r1);
@@ -349,7 +386,7 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
                c.rms_norm_eps);
     s.pack(s.xn.data(), n, dim, {&L.q, &L.k, &L.v});
     // Tasks: q heads, then k heads, then v heads.
-    pool.run(c.n_heads + 2 * c.n_kv_heads, [&](std::size_t task, std::size_t) {
+    run(c.n_heads + 2 * c.n_kv_heads, [&](std::size_t task, std::size_t) {
       const bool is_q = task < c.n_heads, is_k = !is_q && task < c.n_heads + c.n_kv_heads;
       const std::size_t head = is_q   ? task
                                : is_k ? task - c.n_heads
@@ -379,7 +416,7 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
     });
     // Attention: one task per (token, query head).
     const std::size_t group = c.n_heads / c.n_kv_heads;
-    pool.run(n * c.n_heads, [&](std::size_t task, std::size_t thread) {
+    run(n * c.n_heads, [&](std::size_t task, std::size_t thread) {
       const std::size_t t = task / c.n_heads, head = task % c.n_heads, kv_head = head / group;
       AttentionArgs args;
       args.q = s.q.data() + t * q_dim + head * hd;
@@ -413,7 +450,7 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
       const auto [per_task, tasks] = row_tasks(ffn);
       const PackedInput& in_gate = s.packed(L.gate);
       const PackedInput& in_up = s.packed(L.up);
-      pool.run(tasks, [&](std::size_t task, std::size_t) {
+      run(tasks, [&](std::size_t task, std::size_t) {
         const std::size_t r0 = task * per_task, r1 = std::min(ffn, r0 + per_task);
         matmul(isa, L.gate, in_gate, r0, r1, s.gate.data(), ffn);
         matmul(isa, L.up, in_up, r0, r1, s.up.data(), ffn);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "random_model.hpp"
@@ -65,12 +66,19 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-/// The values the activations become for (isa, dtype): bf16-rounded on AMX, Q8_0-quantised for
-/// Q8_0 weights (dequantised back), else unchanged.
+/// Whether (isa, dtype) reads the activations as bf16 (AMX tiles or AVX512_BF16 rows): paths with
+/// no portable twin.
+bool bf16_activations(Isa isa, DType dtype, std::size_t cols) {
+  const cpu::InputFormat f = cpu::input_format(isa, dtype, cols);
+  return f == cpu::InputFormat::bf16_tiles || f == cpu::InputFormat::bf16_rows;
+}
+
+/// The values the activations become for (isa, dtype): bf16-rounded on AMX and AVX512_BF16,
+/// Q8_0-quantised for Q8_0 weights (dequantised back), else unchanged.
 std::vector<float> effective_activations(Isa isa, DType dtype, const std::vector<float>& x,
                                          std::size_t cols) {
   std::vector<float> out = x;
-  if (cpu::input_format(isa, dtype, cols) == cpu::InputFormat::bf16_tiles) {
+  if (bf16_activations(isa, dtype, cols)) {
     for (auto& v : out) v = cpu::bf16_to_f32(cpu::f32_to_bf16(v));
   } else if (dtype == DType::q8_0) {
     const std::size_t n = x.size() / cols;
@@ -192,9 +200,8 @@ TEST_CASE("matmul: every Isa and dtype, tails, token counts", "[cpu][kernels]") 
               REQUIRE(std::fabs(y[t * shape.rows + r] - Y(t, r)) <= bound);
             }
 
-          // Bitwise equal to the portable order, except BF16 on AMX (bf16 activations).
-          if (cpu::input_format(isa, dtype, shape.cols) != cpu::InputFormat::bf16_tiles)
-            CHECK(bitwise_equal(y, portable));
+          // Bitwise equal to the portable order, except BF16 with bf16 activations.
+          if (!bf16_activations(isa, dtype, shape.cols)) CHECK(bitwise_equal(y, portable));
 
           // Batch invariance and row-range invariance: each token alone, rows in two ranges.
           std::vector<float> pieced(n * shape.rows);
@@ -212,6 +219,135 @@ TEST_CASE("matmul: every Isa and dtype, tails, token counts", "[cpu][kernels]") 
           }
           CHECK(bitwise_equal(pieced, y));
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("AVX-512 row packing holds exactly the portable conversions", "[cpu][kernels]") {
+  if (!cpu::isa_supported(Isa::avx512)) {
+    WARN("SKIPPED: no AVX-512");
+    return;
+  }
+  const std::size_t cols = 160, n = 5, blocks = cols / 32;
+  std::vector<float> x = normal_floats(n * cols, 9, 3.0f);
+  // Ties, specials, and exact halves for the Q8_0 rounding (as the AMX packing test).
+  x[0] = 1.0f + std::ldexp(1.0f, -8);
+  x[1] = std::numeric_limits<float>::infinity();
+  x[2] = std::numeric_limits<float>::quiet_NaN();
+  x[3] = -0.0f;
+  x[4] = 1e-40f;                                           // subnormal: rounds like any other value
+  x[cols + 40] = std::numeric_limits<float>::quiet_NaN();  // in the second 16 of a Q8_0 block
+  for (std::size_t k = 0; k < 32; ++k) x[2 * cols + k] = static_cast<float>(k) - 15.5f;
+  for (std::size_t k = 64; k < 96; ++k) x[3 * cols + k] = 0.0f;  // an all-zero block
+  for (std::size_t k = 96; k < 128; ++k) x[4 * cols + k] = k % 2 ? 1.0f : -1.0f;  // +-127
+  cpu::PackedInput portable, wide;
+  portable.pack(Isa::portable, DType::q8_0, x.data(), n, cols, cols);
+  wide.pack(Isa::avx512, DType::q8_0, x.data(), n, cols, cols);
+  REQUIRE(wide.format() == cpu::InputFormat::q8_0_rows);
+  CHECK(std::memcmp(wide.q8(), portable.q8(), n * cols) == 0);
+  CHECK(std::memcmp(wide.q8_scales(), portable.q8_scales(), n * blocks * sizeof(float)) == 0);
+  CHECK(std::memcmp(wide.q8_offsets(), portable.q8_offsets(), n * blocks * 4) == 0);
+  for (std::size_t i = 0; i < n * blocks; ++i) {
+    std::int32_t sum = 0;
+    for (std::size_t j = 0; j < 32; ++j) sum += portable.q8()[i * 32 + j];
+    REQUIRE(portable.q8_offsets()[i] == -128 * sum);
+  }
+  if (cpu::input_format(Isa::avx512, DType::bf16, cols) == cpu::InputFormat::bf16_rows) {
+    cpu::PackedInput bf16;
+    bf16.pack(Isa::avx512, DType::bf16, x.data(), n, cols, cols);
+    for (std::size_t i = 0; i < n * cols; ++i) REQUIRE(bf16.bf16()[i] == cpu::f32_to_bf16(x[i]));
+  }
+}
+
+TEST_CASE("Q8_0 on AVX512-VNNI is bitwise the portable order, -128 quants included",
+          "[cpu][kernels]") {
+  if (!cpu::isa_supported(Isa::avx512) || !cpu::cpu_features().avx512_vnni ||
+      cpu::input_format(Isa::avx512, DType::q8_0, 32) != cpu::InputFormat::q8_0_rows) {
+    WARN("SKIPPED: no AVX512-VNNI");
+    return;
+  }
+  // Weight blocks written directly (quantize_row_q8_0 never produces -128): random quants over
+  // the whole int8 range, every 7th one -128 and every 11th 127, random f16 scales.
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<int> quant(-128, 127);
+  std::uniform_real_distribution<float> scale(1e-3f, 2e-2f);
+  for (std::size_t cols : {32, 64, 96, 160, 1024, 4096}) {
+    for (std::size_t rows : {1, 5, 16, 17, 31, 33, 64}) {
+      const std::size_t blocks = cols / 32, row_bytes = blocks * 34;
+      std::vector<std::byte> bytes(rows * row_bytes);
+      std::size_t counter = 0;
+      for (std::size_t b = 0; b < rows * blocks; ++b) {
+        std::byte* block = bytes.data() + b * 34;
+        const std::uint16_t d16 = cpu::f32_to_f16(scale(rng));
+        std::memcpy(block, &d16, 2);
+        for (std::size_t j = 0; j < 32; ++j, ++counter) {
+          const int q = counter % 7 == 0 ? -128 : counter % 11 == 0 ? 127 : quant(rng);
+          block[2 + j] = static_cast<std::byte>(static_cast<std::int8_t>(q));
+        }
+      }
+      const cpu::MatrixRef w{DType::q8_0, bytes.data(), rows, cols, row_bytes};
+      for (std::size_t n : {1, 2, 7, 16, 17, 33}) {
+        // Some tokens saturate whole blocks at +-127 (x = +-amax), one block is all zero.
+        std::vector<float> x = normal_floats(n * cols, static_cast<unsigned>(cols + rows + n));
+        for (std::size_t k = 0; k < 32; ++k) {
+          x[k] = k % 2 ? 3.0f : -3.0f;
+          if (n > 1) x[cols + k] = 0.0f;
+        }
+        INFO("[" << rows << ", " << cols << "] n=" << n);
+        std::vector<float> expected(n * rows), got(n * rows);
+        cpu::PackedInput portable, vnni;
+        portable.pack(Isa::portable, DType::q8_0, x.data(), n, cols, cols);
+        vnni.pack(Isa::avx512, DType::q8_0, x.data(), n, cols, cols);
+        cpu::matmul(Isa::portable, w, portable, 0, rows, expected.data(), rows);
+        // In row ranges that start and end inside groups of 16.
+        for (std::size_t r0 = 0; r0 < rows; r0 += 13)
+          cpu::matmul(Isa::avx512, w, vnni, r0, std::min(rows, r0 + 13), got.data(), rows);
+        CHECK(bitwise_equal(got, expected));
+      }
+    }
+  }
+}
+
+TEST_CASE("BF16 on AVX512_BF16: close to a double product and batch invariant", "[cpu][kernels]") {
+  if (!cpu::isa_supported(Isa::avx512) || !cpu::cpu_features().avx512_bf16 ||
+      cpu::input_format(Isa::avx512, DType::bf16, 64) != cpu::InputFormat::bf16_rows) {
+    WARN("SKIPPED: no AVX512_BF16");
+    return;
+  }
+  for (std::size_t cols : {32, 53, 96, 2048, 4096}) {
+    for (std::size_t rows : {1, 7, 37, 64}) {
+      const TestMatrix m = make_matrix(DType::bf16, rows, cols, static_cast<unsigned>(cols + rows));
+      const std::vector<float> x = normal_floats(16 * cols, static_cast<unsigned>(cols * rows));
+      // The 1-token results in three row ranges (cutting the 8- and 4-row register blocks).
+      std::vector<float> single(16 * rows);
+      for (std::size_t t = 0; t < 16; ++t) {
+        cpu::PackedInput packed;
+        packed.pack(Isa::avx512, DType::bf16, x.data() + t * cols, 1, cols, cols);
+        const std::size_t a = std::min<std::size_t>(rows, 3 + t % 5), b = std::min(rows, a + 9);
+        for (auto [r0, r1] : {std::pair{std::size_t{0}, a}, std::pair{a, b}, std::pair{b, rows}})
+          cpu::matmul(Isa::avx512, m.ref, packed, r0, r1, single.data() + t * rows, rows);
+      }
+      // Against a double-precision product of the bf16-rounded activations and the weights.
+      for (std::size_t t = 0; t < 16; ++t)
+        for (std::size_t r = 0; r < rows; ++r) {
+          double exact = 0, magnitude = 0;
+          for (std::size_t k = 0; k < cols; ++k) {
+            const double p = static_cast<double>(m.dequantized[r * cols + k]) *
+                             cpu::bf16_to_f32(cpu::f32_to_bf16(x[t * cols + k]));
+            exact += p;
+            magnitude += std::fabs(p);
+          }
+          INFO("[" << rows << ", " << cols << "] t=" << t << " r=" << r);
+          REQUIRE(std::fabs(single[t * rows + r] - exact) <=
+                  2e-7 * static_cast<double>(cols) * magnitude + 1e-30);
+        }
+      // Row t of every n-token call is bitwise the 1-token result.
+      for (std::size_t n = 1; n <= 16; ++n) {
+        const std::vector<float> xn(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n * cols));
+        const std::vector<float> y = run_matmul(Isa::avx512, m, xn, n);
+        INFO("[" << rows << ", " << cols << "] n=" << n);
+        CHECK(std::memcmp(y.data(), single.data(), n * rows * sizeof(float)) == 0);
       }
     }
   }

@@ -67,68 +67,55 @@ TEST_CASE("runs from several threads are serialised", "[cpu][pool]") {
   CHECK(total == 2 * 200 * 4);
 }
 
-TEST_CASE("StallMonitor: stalled windows send the pool solo, with a doubling back-off",
-          "[cpu][pool]") {
-  using specdec::cpu::StallMonitor;
-  StallMonitor m(
-      {.window = 4, .max_stall_fraction = 0.2, .solo_windows = 2, .max_solo_windows = 8});
-  auto window = [&](double stall) {
-    for (int i = 0; i < 4; ++i) m.record(1.0, stall);
-  };
-  // Quiet: small stalls (10% of the time) never switch.
-  for (int w = 0; w < 10; ++w) window(0.1);
-  CHECK(m.parallel());
-  CHECK(m.solo_periods() == 0);
-  // One stalled window (30% > 20%): solo for 2 windows of 4 runs.
-  window(0.3);
-  CHECK_FALSE(m.parallel());
-  for (int i = 0; i < 7; ++i) {
-    m.record(0, 0);
-    CHECK_FALSE(m.parallel());
-  }
-  m.record(0, 0);
-  CHECK(m.parallel());
-  CHECK(m.solo_periods() == 1);
-  // The trial window stalls again: back-off doubles to 4 windows (16 runs), then 8, capped at 8.
-  for (std::size_t expected : {16, 32, 32}) {
-    window(0.5);
-    std::size_t solo = 0;
-    while (!m.parallel()) {
-      m.record(0, 0);
-      ++solo;
-    }
-    CHECK(solo == expected);
-  }
-  // A clean trial window resets the back-off to 2 windows.
-  window(0.0);
-  window(0.5);
-  std::size_t solo = 0;
-  while (!m.parallel()) {
-    m.record(0, 0);
-    ++solo;
-  }
-  CHECK(solo == 8);
+TEST_CASE("run(..., false) runs every task on the calling thread", "[cpu][pool]") {
+  ThreadPool pool(2);
+  const auto caller = std::this_thread::get_id();
+  std::vector<int> runs(64, 0);  // no atomics needed: one thread
+  bool elsewhere = false;
+  pool.run(
+      64,
+      [&](std::size_t task, std::size_t thread) {
+        runs[task] += 1;
+        elsewhere = elsewhere || thread != 0 || std::this_thread::get_id() != caller;
+      },
+      false);
+  CHECK_FALSE(elsewhere);
+  for (int r : runs) CHECK(r == 1);
 }
 
-TEST_CASE("a pool whose worker keeps stalling runs solo and still runs every task once",
+TEST_CASE("ParallelismChooser: tries both modes, keeps the faster, probes the other",
           "[cpu][pool]") {
-  ThreadPool pool(2);
-  // Every task takes 50 us (so that the worker gets some), and thread 1 also sleeps 2 ms in each
-  // of its tasks, as if preempted: the caller waits for it most of each run, and the pool must
-  // fall back to solo runs.
-  std::atomic<long> total{0};
-  for (int round = 0; round < 200; ++round) {
-    std::vector<std::atomic<int>> runs(8);
-    pool.run(8, [&](std::size_t task, std::size_t thread) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-      while (std::chrono::steady_clock::now() < until) {
-      }
-      if (thread == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      runs[task].fetch_add(1);
-      total += 1;
-    });
-    for (auto& r : runs) REQUIRE(r.load() == 1);
+  using specdec::cpu::ParallelismChooser;
+  ParallelismChooser c(
+      {.weight = 0.5, .probe_interval = 4, .far_probe_interval = 10, .far_ratio = 1.3});
+  // A machine where the calling thread alone takes 10 ms and the workers 6 ms (quiet).
+  auto call = [&](double alone, double workers) {
+    const bool w = c.use_workers();
+    c.record(w, w ? workers : alone);
+    return w;
+  };
+  CHECK(call(10, 6));        // first: workers
+  CHECK_FALSE(call(10, 6));  // second: alone, so that both are measured
+  // 10 > 1.3 * 6: the slower mode is probed once every 10 calls.
+  std::size_t alone = 0;
+  for (int i = 0; i < 100; ++i) alone += !call(10, 6);
+  CHECK(alone == 10);
+  // A neighbour arrives: the workers now take 14 ms. The next probe of the calling thread alone
+  // (10 ms) reveals it, and the choice flips within a few calls; then workers are probed.
+  std::size_t workers = 0;
+  for (int i = 0; i < 20; ++i) call(10, 14);
+  for (int i = 0; i < 100; ++i) workers += call(10, 14);
+  CHECK(c.use_workers() == false);
+  CHECK(workers <= 10);
+  // Close times (within far_ratio): the other mode is probed every 4 calls.
+  ParallelismChooser d(
+      {.weight = 0.5, .probe_interval = 4, .far_probe_interval = 10, .far_ratio = 1.5});
+  std::size_t probes = 0;
+  for (int i = 0; i < 102; ++i) {
+    const bool w = d.use_workers();
+    d.record(w, w ? 9.0 : 10.0);
+    if (i >= 2) probes += !w;
   }
-  CHECK(total == 200 * 8);
-  CHECK(pool.solo_periods() >= 1);
+  CHECK(probes == 25);
+  CHECK(d.calls(true) + d.calls(false) == 102);
 }

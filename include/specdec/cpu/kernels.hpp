@@ -19,15 +19,23 @@
 //  - Q8_0 weights: activations are quantised per block of 32 like llama.cpp does (d = amax/127
 //    rounded to f16, q = round(x / d)); the integer block dot products are exact, and
 //    acc = fma(float(isum_b), d_w[b] * d_x[b], acc) runs over the blocks b in order. Portable,
-//    AVX2 (also used on AVX-512 without AMX) and AMX kernels all give bitwise identical results;
-//    the AMX kernel sizes its tiles to the chunk's token count, which exact integer products
-//    allow.
+//    AVX2, AVX512-VNNI (AVX-512 without AMX when the CPU has VNNI; else AVX2) and AMX kernels all
+//    give bitwise identical results; the AMX kernel sizes its tiles to the chunk's token count,
+//    and the VNNI kernel computes isum_b as dpbusd(w + 128, x) - 128 * sum(x_b), which exact
+//    integer products allow.
 //  - BF16 weights on AMX: activations are rounded to bf16 (like llama.cpp and PyTorch bf16
 //    inference), products are exact, and the tile unit accumulates each (row, token) element on
 //    its own in the hardware's fixed order (measured: not exactly a chain of fused multiply-adds,
 //    so no portable twin reproduces it; the tests check it against a double-precision product).
 //    Tokens are always padded to 16, so the element's computation never depends on n.
-//    Without AMX, BF16 weights take the fma path with f32 activations.
+//  - BF16 weights on AVX-512 without AMX, when the CPU has AVX512_BF16: activations are rounded
+//    to bf16 the same way; vdpbf16ps accumulates 16 f32 lanes, lane l taking the pairs
+//    (k, k+1) = (2l + 32i, 2l + 1 + 32i) in increasing i (the hardware's own sequence: exact
+//    products, each addition rounded, denormals flushed), then the canonical tree above. The
+//    sequence depends only on the row and the token, but no portable twin reproduces the
+//    instruction, so the tests check it against a double-precision product and for batch
+//    invariance.
+//    Otherwise (no AMX, no AVX512_BF16) BF16 weights take the fma path with f32 activations.
 
 #include <cstddef>
 #include <cstdint>
@@ -50,7 +58,7 @@ namespace specdec::cpu {
 enum class Isa : std::uint8_t {
   portable,  ///< plain C++
   avx2,      ///< AVX2 + FMA + F16C
-  avx512,    ///< AVX-512 F/BW/VL/DQ
+  avx512,    ///< AVX-512 F/BW/VL/DQ; Q8_0 and BF16 weights use VNNI / BF16 when the CPU has them
   amx,       ///< avx512 plus AMX-BF16 / AMX-INT8 tiles for BF16 and Q8_0 weights
 };
 const char* isa_name(Isa isa) noexcept;
@@ -100,8 +108,10 @@ struct MatrixRef {
   static MatrixRef of(const Tensor& t);
 };
 
-/// Whether the kernels for `isa` read activations for `dtype` weights as bf16 (AMX) or Q8_0.
-enum class InputFormat : std::uint8_t { f32, bf16_tiles, q8_0_rows, q8_0_tiles };
+/// Whether the kernels for `isa` read activations for `dtype` weights as bf16 (AMX tiles, or rows
+/// for AVX512_BF16) or Q8_0.
+enum class InputFormat : std::uint8_t { f32, bf16_tiles, q8_0_rows, q8_0_tiles, bf16_rows };
+inline constexpr std::size_t input_format_count = 5;
 InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols);
 
 /// Activations x [n, cols] converted once per forward step into what the kernels of one
@@ -127,7 +137,9 @@ class PackedInput {
   //  f32:         f32 [n][cols]
   //  bf16_tiles:  per chunk of m <= 16 tokens and per 32 columns, an AMX tile of 16 rows (k pairs)
   //               x m dwords (2 bf16): uint16 [chunks (16 * cols each)][cols/32][16][m][2]
-  //  q8_0_rows:   int8 [n][cols], scales f32 [n][cols/32]
+  //  bf16_rows:   uint16 [n][cols]
+  //  q8_0_rows:   int8 [n][cols], scales f32 [n][cols/32], offsets int32 [n][cols/32]
+  //               (-128 * the block's quant sum, for the VNNI kernel's unsigned weights)
   //  q8_0_tiles:  per chunk of m <= 8 tokens and per pair of blocks, an AMX tile of 16 rows x 2m
   //               dwords, two columns per token (src/cpu/kernels_impl.hpp, pack_q8_0_pairs_avx512):
   //               uint32 [chunks (256 * cols/64 rounded up each)][cols/64 rounded up][16][2m];
@@ -138,6 +150,7 @@ class PackedInput {
   [[nodiscard]] const std::uint16_t* bf16() const noexcept { return bf16_.data(); }
   [[nodiscard]] const std::int8_t* q8() const noexcept { return q8_.data(); }
   [[nodiscard]] const float* q8_scales() const noexcept { return scales_.data(); }
+  [[nodiscard]] const std::int32_t* q8_offsets() const noexcept { return offsets_.data(); }
   [[nodiscard]] const std::uint32_t* q8_tiles() const noexcept { return words_.data(); }
   [[nodiscard]] const std::uint32_t* q8_fix() const noexcept { return fix_.data(); }
 
@@ -169,6 +182,7 @@ class PackedInput {
   AlignedVector<std::uint16_t> bf16_;
   AlignedVector<std::int8_t> q8_;
   AlignedVector<float> scales_;
+  AlignedVector<std::int32_t> offsets_;
   AlignedVector<std::uint32_t> words_, fix_;
 };
 

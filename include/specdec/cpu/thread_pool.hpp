@@ -12,11 +12,10 @@
 //  - waiting threads spin only briefly (tens of microseconds), then sleep in the kernel (futex),
 //    which hands their CPU to the thread they are waiting for;
 //  - and when that is still not enough — a competing process keeps preempting the workers while
-//    they hold tasks, so that the caller spends a large part of each run waiting for them — the
-//    pool notices (StallMonitor) and runs everything on the calling thread for a while, then
-//    tries the workers again. With one CPU-bound neighbour on a 2-core machine this keeps a
-//    2-thread pool from being slower than a 1-thread one. Which thread runs a task never changes
-//    its result, so neither does the mode.
+//    they hold tasks — the user of the pool can run a call on the calling thread alone
+//    (run(..., false)); ParallelismChooser decides that from measured times (the CPU
+//    Transformer keeps one per kind of step). Which thread runs a task never changes its result,
+//    so neither does the choice.
 
 #include <atomic>
 #include <cstddef>
@@ -24,63 +23,60 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace specdec::cpu {
 
-/// Decides, from how long the caller of each parallel run waited for tasks that other threads
-/// had claimed (the "stall"), whether the next runs should use the workers. Runs are judged in
-/// windows of `window` runs: a window whose stalls exceed `max_stall_fraction` of its wall time
-/// sends the pool solo (caller only) for `solo_windows` windows, doubled (up to 64) each time
-/// the following trial window stalls again, and reset once a trial window is clean. Plain
-/// arithmetic, no clock: the pool feeds it the times.
-class StallMonitor {
+/// Chooses, call by call, whether a kind of parallel call (say, a decode step) should use the
+/// pool's workers or the calling thread alone, from the wall times it measured for both. On a
+/// quiet machine the workers win and are used; when a competing process keeps preempting them,
+/// waiting for them can cost more than they add, and the calling thread alone wins. The chooser
+/// uses the mode with the lower running estimate (exponential average of recent times) and tries
+/// the other one every `probe_interval` calls (`far_probe_interval` when the other one was more
+/// than `far_ratio` slower), so it follows a machine whose load changes, at a small cost: a probe
+/// of the slower mode every 64 calls. Plain arithmetic, no clock: the caller feeds the times.
+class ParallelismChooser {
  public:
   struct Options {
-    std::size_t window = 64;          ///< runs per decision
-    double max_stall_fraction = 0.2;  ///< of the window's wall time
-    std::size_t solo_windows = 4;     ///< first back-off, in windows
-    std::size_t max_solo_windows = 64;
+    double weight = 0.1;  ///< of a new time in the running estimate
+    std::size_t probe_interval = 16;
+    std::size_t far_probe_interval = 64;
+    double far_ratio = 1.15;
   };
-  StallMonitor() : StallMonitor(Options{}) {}
-  explicit StallMonitor(Options options) : options_(options), backoff_(options.solo_windows) {}
+  ParallelismChooser() : ParallelismChooser(Options{}) {}
+  explicit ParallelismChooser(Options options) : options_(options) {}
 
-  /// Whether the next run should hand tasks to the workers.
-  [[nodiscard]] bool parallel() const noexcept { return solo_runs_left_ == 0; }
-
-  /// Records a run: wall time, and the part of it the caller spent waiting for other threads
-  /// after it ran out of tasks to claim (0 for a solo run).
-  void record(double run_seconds, double stall_seconds) noexcept {
-    if (solo_runs_left_ > 0) {
-      --solo_runs_left_;
-      return;
-    }
-    run_seconds_ += run_seconds;
-    stall_seconds_ += stall_seconds;
-    if (++runs_ < options_.window) return;
-    const bool stalled = stall_seconds_ > options_.max_stall_fraction * run_seconds_;
-    runs_ = 0;
-    run_seconds_ = stall_seconds_ = 0;
-    if (stalled) {
-      solo_runs_left_ = backoff_ * options_.window;
-      backoff_ =
-          backoff_ * 2 > options_.max_solo_windows ? options_.max_solo_windows : backoff_ * 2;
-      ++solo_periods_;
-    } else {
-      backoff_ = options_.solo_windows;
-    }
+  /// Whether the next call should use the workers. The first call uses them, the second does
+  /// not, so that both estimates exist.
+  [[nodiscard]] bool use_workers() const noexcept {
+    if (seen_[1] == 0) return true;
+    if (seen_[0] == 0) return false;
+    const bool workers_better = estimate_[1] <= estimate_[0];
+    const double slow = workers_better ? estimate_[0] : estimate_[1];
+    const double fast = workers_better ? estimate_[1] : estimate_[0];
+    const std::size_t interval =
+        slow > options_.far_ratio * fast ? options_.far_probe_interval : options_.probe_interval;
+    const bool probe = since_probe_ + 1 >= interval;
+    return probe ? !workers_better : workers_better;
   }
 
-  /// How many times the monitor switched to solo runs (for benchmarks and tests).
-  [[nodiscard]] std::size_t solo_periods() const noexcept { return solo_periods_; }
+  /// Records the wall time of a call made in mode `workers`.
+  void record(bool workers, double seconds) noexcept {
+    const bool probe = workers != (estimate_[1] <= estimate_[0]) && seen_[0] && seen_[1];
+    double& e = estimate_[workers ? 1 : 0];
+    e = seen_[workers ? 1 : 0]++ == 0 ? seconds
+                                      : (1 - options_.weight) * e + options_.weight * seconds;
+    since_probe_ = probe ? 0 : since_probe_ + 1;
+  }
+
+  [[nodiscard]] std::size_t calls(bool workers) const noexcept { return seen_[workers ? 1 : 0]; }
 
  private:
   Options options_;
-  std::size_t backoff_;
-  std::size_t runs_ = 0;
-  double run_seconds_ = 0, stall_seconds_ = 0;
-  std::size_t solo_runs_left_ = 0;
-  std::size_t solo_periods_ = 0;
+  double estimate_[2] = {0, 0};  // [solo, workers]
+  std::size_t seen_[2] = {0, 0};
+  std::size_t since_probe_ = 0;
 };
 
 class ThreadPool {
@@ -95,19 +91,19 @@ class ThreadPool {
 
   /// Runs fn(task, thread) for every task in [0, tasks) and returns when all are done. `thread`
   /// in [0, size()) names the thread running the task (for per-thread scratch); the caller is 0.
-  /// fn must not throw. Calls from several threads at once are serialised.
+  /// fn must not throw. Calls from several threads at once are serialised. use_workers = false
+  /// runs every task on the calling thread (thread 0).
   template <class F>
-  void run(std::size_t tasks, F&& fn) {
+  void run(std::size_t tasks, F&& fn, bool use_workers = true) {
     if (tasks == 0) return;
-    if (tasks == 1 || workers_.empty() || !monitor_parallel()) {
+    if (tasks == 1 || workers_.empty() || !use_workers) {
       for (std::size_t i = 0; i < tasks; ++i) fn(i, std::size_t{0});
-      if (tasks > 1 && !workers_.empty()) record_solo_run();
       return;
     }
     run_erased(
         tasks,
         [](void* ctx, std::size_t task, std::size_t thread) {
-          (*static_cast<F*>(ctx))(task, thread);
+          (*static_cast<std::remove_reference_t<F>*>(ctx))(task, thread);
         },
         &fn);
   }
@@ -116,20 +112,11 @@ class ThreadPool {
   /// that count (a draft and a target alternate on the same workers instead of competing).
   static std::shared_ptr<ThreadPool> shared(std::size_t threads);
 
-  /// Times the pool fell back to running on the caller alone because its workers kept stalling
-  /// (see StallMonitor); 0 on a quiet machine.
-  [[nodiscard]] std::size_t solo_periods() const;
-
  private:
   using Call = void (*)(void*, std::size_t, std::size_t);
   void run_erased(std::size_t tasks, Call call, void* ctx);
   void worker_main(std::size_t index);
   void work(std::size_t thread);
-  bool monitor_parallel();
-  void record_solo_run();
-
-  mutable std::mutex monitor_mutex_;  // guards monitor_ (runs may come from several threads)
-  StallMonitor monitor_;
 
   std::mutex run_mutex_;  // one run() at a time
   // The current job. call_ and ctx_ are written before the job is published in claim_ and stay

@@ -32,6 +32,11 @@ struct Options {
   std::size_t threads = 0;  ///< 0: the number of physical cores this process may use
   KvType kv_type = KvType::f32;
   std::size_t context_length = 0;  ///< 0: the model's context length (config.context_length)
+  /// Steps of up to 16 tokens (decode, verify) run on the workers or on the calling thread alone,
+  /// whichever has been faster lately for that step size (ParallelismChooser, thread_pool.hpp):
+  /// with a CPU-bound neighbour, waiting for preempted workers can cost more than they add.
+  /// false: always use every thread. Results are bitwise the same either way.
+  bool adaptive_threads = true;
 };
 
 class Transformer {
@@ -64,6 +69,12 @@ class Transformer {
   [[nodiscard]] std::size_t threads() const noexcept;
   /// Bytes of the KV cache's allocation (its pages become resident as positions are used).
   [[nodiscard]] std::size_t kv_cache_bytes() const noexcept;
+  /// Steps of up to 16 tokens run so far with the workers and on the calling thread alone.
+  struct ThreadingStats {
+    std::size_t with_workers = 0;
+    std::size_t alone = 0;
+  };
+  [[nodiscard]] ThreadingStats threading_stats() const noexcept;
 
  private:
   struct State;  // buffers, KV cache, resolved tensors (defined in transformer.cpp)
