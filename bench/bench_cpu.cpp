@@ -257,10 +257,11 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       if (threads == thread_counts.back()) {
         const Memory after = resident_memory();
-        memory_rows.push_back({label, static_cast<double>(loaded.weights->total_bytes()) / 1e6,
-                               static_cast<double>(after.file_kb - before.file_kb) / 1e3,
-                               static_cast<double>(after.anon_kb - before.anon_kb) / 1e3,
-                               static_cast<double>(model.kv_cache_bytes()) / 1e6});
+        memory_rows.push_back(
+            {label, static_cast<double>(loaded.weights->total_bytes()) / 1e6,
+             (static_cast<double>(after.file_kb) - static_cast<double>(before.file_kb)) / 1e3,
+             (static_cast<double>(after.anon_kb) - static_cast<double>(before.anon_kb)) / 1e3,
+             static_cast<double>(model.kv_cache_bytes()) / 1e6});
       }
     }
 
