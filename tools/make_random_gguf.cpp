@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "specdec/cpu/kernels.hpp"
+#include "specdec/model/gguf_writer.hpp"
 #include "specdec/model/weights.hpp"
 
 namespace {
@@ -46,33 +47,9 @@ struct TensorPlan {
   std::uint64_t offset = 0;
 };
 
+/// Bytes of one row of `cols` elements (whole blocks for Q8_0).
 std::uint64_t row_bytes(DType t, std::uint64_t cols) {
-  switch (t) {
-    case DType::f32:
-      return cols * 4;
-    case DType::f16:
-    case DType::bf16:
-      return cols * 2;
-    case DType::q8_0:
-      return cols / 32 * 34;
-    default:
-      throw specdec::Error("unsupported type");
-  }
-}
-
-std::uint32_t ggml_type(DType t) {
-  switch (t) {
-    case DType::f32:
-      return 0;
-    case DType::f16:
-      return 1;
-    case DType::q8_0:
-      return 8;
-    case DType::bf16:
-      return 30;
-    default:
-      throw specdec::Error("unsupported type");
-  }
+  return cols / specdec::dtype_block_elems(t) * specdec::dtype_block_bytes(t);
 }
 
 /// A splitmix64 stream: fast and good enough for weights nobody reads for their values.
@@ -200,7 +177,7 @@ void write_model(const Shape& s, DType type, const std::string& path, std::uint6
     out.put<std::uint32_t>(static_cast<std::uint32_t>(t.shape.size()));
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it)
       out.put<std::uint64_t>(*it);  // ne[]: innermost first
-    out.put(ggml_type(t.dtype));
+    out.put(specdec::ggml_type_of(t.dtype));
     out.put(t.offset);
   }
   out.pad_to(alignment);

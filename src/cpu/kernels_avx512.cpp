@@ -3,6 +3,7 @@
 // reduction order of its portable twin in kernels.cpp bit for bit (see kernels.hpp).
 #include <immintrin.h>
 
+#include "kernels_avx512_reduce.hpp"
 #include "kernels_impl.hpp"
 
 namespace specdec::cpu::detail {
@@ -31,15 +32,6 @@ inline __m512 load_w_masked(const std::byte* row, std::size_t k, __mmask16 mask)
     if constexpr (W == FmaWeights::f16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
-}
-
-/// The canonical tree: (l + l+8), then (+4), (+2), (+1).
-inline float reduce(__m512 a) {
-  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  return _mm_cvtss_f32(s1);
 }
 
 inline __mmask16 tail_mask(std::size_t count) { return static_cast<__mmask16>((1u << count) - 1u); }

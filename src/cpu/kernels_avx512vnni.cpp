@@ -8,6 +8,7 @@
 // memory sees each weight once per call for n <= 16.
 #include <immintrin.h>
 
+#include "kernels_avx512_reduce.hpp"
 #include "kernels_impl.hpp"
 
 namespace specdec::cpu::detail {
@@ -141,15 +142,6 @@ inline __m512bh as_bf16(__m512i v) {
   __m512bh r;
   __builtin_memcpy(&r, &v, sizeof r);
   return r;
-}
-
-/// The canonical tree: (l + l+8), then (+4), (+2), (+1) (as kernels_avx512.cpp).
-inline float reduce(__m512 a) {
-  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  return _mm_cvtss_f32(s1);
 }
 
 /// R weight rows x T tokens, one 16-lane accumulator each; Prefetch: also fetch the next R rows.

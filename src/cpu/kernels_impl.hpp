@@ -1,9 +1,10 @@
 #pragma once
 // Entry points of the per-instruction-set kernel files. kernels_avx2.cpp, kernels_avx512.cpp,
 // kernels_avx512vnni.cpp and kernels_amx.cpp are compiled with their own -m flags (sources.cmake);
-// they include nothing but this header and <immintrin.h>, and use no standard-library templates, so
-// that no inline function compiled for AVX-512 can be merged by the linker into code that runs on
-// an older CPU. kernels.cpp checks the CPU before calling any of them.
+// they include nothing but this header, <immintrin.h> and (the AVX-512 ones)
+// kernels_avx512_reduce.hpp, and use no standard-library templates, so that no inline function
+// compiled for AVX-512 can be merged by the linker into code that runs on an older CPU. kernels.cpp
+// checks the CPU before calling any of them.
 //
 // The reduction orders they implement are described in include/specdec/cpu/kernels.hpp; every
 // function here computes exactly that order (the tests compare each with the portable one bit for
