@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "specdec/cpu/kernels.hpp"
+#include "specdec/model/quants.hpp"
 #include "specdec/model/weights.hpp"
 
 namespace {
@@ -56,16 +57,16 @@ void run_matmul(benchmark::State& state, std::size_t rows, std::size_t cols) {
       row_bytes = cols * 2;
       bytes.resize(rows * row_bytes);
       for (std::size_t i = 0; i < w.size(); ++i) {
-        const std::uint16_t h =
-            dtype == DType::f16 ? cpu::f32_to_f16(w[i]) : cpu::f32_to_bf16(w[i]);
+        const std::uint16_t h = dtype == DType::f16 ? fp32_to_fp16(w[i]) : fp32_to_bf16(w[i]);
         std::memcpy(bytes.data() + 2 * i, &h, 2);
       }
       break;
     default:
-      row_bytes = cols / 32 * 34;
+      row_bytes = dtype_row_bytes(dtype, cols, "bench");
       bytes.resize(rows * row_bytes);
       for (std::size_t r = 0; r < rows; ++r)
-        cpu::quantize_row_q8_0(w.data() + r * cols, bytes.data() + r * row_bytes, cols);
+        quant::quantize(dtype, std::span<const float>(w.data() + r * cols, cols),
+                        std::span<std::byte>(bytes.data() + r * row_bytes, row_bytes));
   }
   const cpu::MatrixRef m{dtype, bytes.data(), rows, cols, row_bytes};
   cpu::PackedInput packed;

@@ -22,6 +22,7 @@
 
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/model/gguf_writer.hpp"
+#include "specdec/model/quants.hpp"
 #include "specdec/model/weights.hpp"
 
 namespace {
@@ -192,24 +193,7 @@ void write_model(const Shape& s, DType type, const std::string& path, std::uint6
     encoded.resize(row_bytes(t.dtype, cols));
     for (std::uint64_t r = 0; r < rows; ++r) {
       for (float& v : row) v = t.scale == 0.0f ? 1.0f : t.scale * random.uniform();
-      switch (t.dtype) {
-        case DType::f32:
-          std::memcpy(encoded.data(), row.data(), encoded.size());
-          break;
-        case DType::f16:
-        case DType::bf16:
-          for (std::uint64_t k = 0; k < cols; ++k) {
-            const std::uint16_t h = t.dtype == DType::f16 ? specdec::cpu::f32_to_f16(row[k])
-                                                          : specdec::cpu::f32_to_bf16(row[k]);
-            std::memcpy(encoded.data() + 2 * k, &h, 2);
-          }
-          break;
-        case DType::q8_0:
-          specdec::cpu::quantize_row_q8_0(row.data(), encoded.data(), cols);
-          break;
-        default:
-          break;
-      }
+      specdec::quant::quantize(t.dtype, row, encoded);
       out.raw(encoded.data(), encoded.size());
     }
     out.pad_to(alignment);

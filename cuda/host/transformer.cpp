@@ -43,7 +43,6 @@
 #include "kernels/rope_kv.hpp"
 #include "kernels/skinny_gemm.hpp"
 #include "kernels/swiglu.hpp"
-#include "specdec/cpu/kernels.hpp"
 
 namespace specdec::cuda {
 
@@ -79,7 +78,7 @@ const Tensor& matrix(const WeightStore& w, const std::string& name, std::size_t 
 }
 
 /// Appends the tensor's rows to `out` as 16-bit values of `type`: raw bytes when the file already
-/// stores that type, otherwise dequantised to f32 (the CPU backend's readers) and rounded.
+/// stores that type, otherwise dequantised to f32 (the model layer's dequantisers) and rounded.
 void append_16bit(const Tensor& t, WeightType type, std::vector<std::uint16_t>& out) {
   const bool same = (t.dtype == DType::f16 && type == WeightType::f16) ||
                     (t.dtype == DType::bf16 && type == WeightType::bf16);
@@ -91,11 +90,10 @@ void append_16bit(const Tensor& t, WeightType type, std::vector<std::uint16_t>& 
     std::memcpy(out.data() + at, t.data, rows * cols * sizeof(std::uint16_t));
     return;
   }
-  const cpu::MatrixRef m =
-      cpu::MatrixRef::of(Tensor{t.name, t.dtype, {rows, cols}, t.data, t.nbytes});
+  const std::size_t row_bytes = dtype_row_bytes(t.dtype, cols, "tensor " + t.name);
   std::vector<float> row(cols);
   for (std::size_t r = 0; r < rows; ++r) {
-    cpu::dequantize_row(m, r, row.data());
+    dequantize(t.dtype, t.data + r * row_bytes, row.data(), cols);
     for (std::size_t c = 0; c < cols; ++c) out[at + r * cols + c] = to_16bit(row[c], type);
   }
 }
@@ -106,9 +104,9 @@ std::vector<float> vector_f32(const WeightStore& w, const std::string& name, std
     throw Error(fmt::format("cuda::Transformer: tensor {} has {} elements, expected {}", name,
                             t.elements(), size));
   }
-  const cpu::MatrixRef m = cpu::MatrixRef::of(Tensor{t.name, t.dtype, {1, size}, t.data, t.nbytes});
+  (void)dtype_row_bytes(t.dtype, size, "tensor " + t.name);  // whole blocks
   std::vector<float> out(size);
-  cpu::dequantize_row(m, 0, out.data());
+  dequantize(t.dtype, t.data, out.data(), size);
   return out;
 }
 

@@ -18,6 +18,8 @@
 #include <utility>
 
 #include "kernels_impl.hpp"
+#include "specdec/model/float16.hpp"
+#include "specdec/model/quants.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -183,59 +185,7 @@ std::size_t physical_cores() {
 }
 
 // ================================================================================================
-// Element conversions
-
-float f16_to_f32(std::uint16_t h) noexcept {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exponent = (h >> 10) & 0x1fu;
-  std::uint32_t mantissa = h & 0x3ffu;
-  std::uint32_t bits = 0;
-  if (exponent == 0x1f) {
-    bits = sign | 0x7f800000u | (mantissa << 13);  // inf, nan
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa != 0) {  // subnormal: normalise
-    int e = 113;
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --e;
-    }
-    bits = sign | (static_cast<std::uint32_t>(e) << 23) | ((mantissa & 0x3ffu) << 13);
-  } else {
-    bits = sign;
-  }
-  return std::bit_cast<float>(bits);
-}
-
-std::uint16_t f32_to_f16(float f) noexcept {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
-  const std::uint32_t sign = (bits >> 16) & 0x8000u;
-  const std::uint32_t abs = bits & 0x7fffffffu;
-  if (abs >= 0x7f800000u)  // inf or nan (keep nan quiet)
-    return static_cast<std::uint16_t>(sign | 0x7c00u |
-                                      (abs > 0x7f800000u ? 0x200u | ((abs >> 13) & 0x3ffu) : 0));
-  if (abs >= 0x477ff000u)
-    return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
-  if (abs <
-      0x38800000u) {  // below the smallest normal half: subnormal or zero, round to nearest even
-    // value = abs_f * 2^24 in units of the smallest subnormal; round(abs_f / 2^-24)
-    const float scaled = std::bit_cast<float>(abs) * 16777216.0f;  // exact (power of two)
-    const auto m = static_cast<std::uint32_t>(std::nearbyint(scaled));
-    return static_cast<std::uint16_t>(sign | m);
-  }
-  // normal: rebias exponent, round mantissa to 10 bits, nearest even (carry into the exponent is
-  // right)
-  const std::uint32_t rebased = abs - 0x38000000u;  // exponent - 112
-  const std::uint32_t round = 0xfffu + ((rebased >> 13) & 1u);
-  return static_cast<std::uint16_t>(sign | ((rebased + round) >> 13));
-}
-
-std::uint16_t f32_to_bf16(float f) noexcept {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u)
-    return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // quiet nan
-  return static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
+// exp
 
 float exp_f32(float x) noexcept {
   using namespace detail;
@@ -273,29 +223,15 @@ MatrixRef MatrixRef::of(const Tensor& t) {
   m.data = t.data;
   m.rows = t.shape[0];
   m.cols = t.shape[1];
-  switch (t.dtype) {
-    case DType::f32:
-      m.row_bytes = m.cols * 4;
-      break;
-    case DType::f16:
-    case DType::bf16:
-      m.row_bytes = m.cols * 2;
-      break;
-    case DType::q8_0:
-      if (m.cols % q8_block_elems != 0)
-        throw Error(fmt::format(
-            "tensor {}: Q8_0 rows of {} elements do not hold whole blocks of 32", t.name, m.cols));
-      m.row_bytes = m.cols / q8_block_elems * q8_block_bytes;
-      break;
-    default:
-      throw Error(fmt::format(
-          "tensor {}: dtype {} is not supported by the CPU backend (F32, F16, BF16, Q8_0 are)",
-          t.name, dtype_name(t.dtype)));
-  }
+  m.row_bytes = dtype_row_bytes(t.dtype, m.cols, fmt::format("tensor {}", t.name));
   if (t.data == nullptr || t.nbytes < m.rows * m.row_bytes)
     throw Error(fmt::format("tensor {}: {} bytes of data for [{}, {}] {}", t.name, t.nbytes, m.rows,
                             m.cols, dtype_name(t.dtype)));
   return m;
+}
+
+bool has_matmul_kernel(DType t) noexcept {
+  return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::q8_0;
 }
 
 InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols) {
@@ -313,26 +249,10 @@ InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols) {
 
 namespace {
 
-/// round(x) with halves away from zero, as C's roundf, for |x| < 2^22 (exact in double); NaN
-/// gives 0 (as the AVX-512 packing's conversion does).
-inline std::int32_t round_half_away(float x) {
-  if (x != x) return 0;
-  return static_cast<std::int32_t>(static_cast<double>(x) + (x >= 0.0f ? 0.5 : -0.5));
-}
-
-/// llama.cpp's quantize_row_q8_0: d = amax / 127, q = round(x / d) (half away from zero), and the
-/// scale used in dot products is d rounded to f16. NaNs are left out of amax and quantise to 0.
+/// One Q8_0 block of activations (the writer's quantiser, specdec/model/quants.hpp); the scale
+/// the kernels use is the binary16 one the block would store.
 void quantize_q8_0_block(const float* x, std::int8_t* q, float* d_out) {
-  float amax = 0.0f;
-  for (std::size_t j = 0; j < q8_block_elems; ++j) {
-    const float a = std::fabs(x[j]);
-    amax = a > amax ? a : amax;
-  }
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  for (std::size_t j = 0; j < q8_block_elems; ++j)
-    q[j] = static_cast<std::int8_t>(round_half_away(x[j] * id));
-  *d_out = f16_to_f32(f32_to_f16(d));
+  *d_out = fp16_to_fp32(quant::quantize_block_q8_0(x, q));
 }
 
 }  // namespace
@@ -449,12 +369,12 @@ float load_weight(FmaWeights type, const std::byte* row, std::size_t k) {
     case FmaWeights::f16: {
       std::uint16_t h;
       std::memcpy(&h, row + 2 * k, 2);
-      return f16_to_f32(h);
+      return fp16_to_fp32(h);
     }
     case FmaWeights::bf16: {
       std::uint16_t h;
       std::memcpy(&h, row + 2 * k, 2);
-      return bf16_to_f32(h);
+      return bf16_to_fp32(h);
     }
   }
   return 0.0f;
@@ -516,7 +436,7 @@ void q8_matmul_portable(const Q8RowsArgs& a) {
         std::int32_t isum = 0;
         for (std::size_t j = 0; j < q8_block_elems; ++j)
           isum += static_cast<std::int32_t>(wq[j]) * xq[b * 32 + j];
-        acc = std::fma(static_cast<float>(isum), f16_to_f32(d16) * xd[b], acc);
+        acc = std::fma(static_cast<float>(isum), fp16_to_fp32(d16) * xd[b], acc);
       }
       a.y[t * a.ldy + r] = acc;
     }
@@ -529,7 +449,7 @@ void attend_portable(const AttentionArgs& a) {
     const float* k = nullptr;
     if (a.kv_f16) {
       const auto* k16 = static_cast<const std::uint16_t*>(a.k) + j * a.row_stride;
-      for (std::size_t d = 0; d < a.head_dim; ++d) row[d] = f16_to_f32(k16[d]);
+      for (std::size_t d = 0; d < a.head_dim; ++d) row[d] = fp16_to_fp32(k16[d]);
       k = row;
     } else {
       k = static_cast<const float*>(a.k) + j * a.row_stride;
@@ -552,7 +472,7 @@ void attend_portable(const AttentionArgs& a) {
     if (a.kv_f16) {
       const auto* v16 = static_cast<const std::uint16_t*>(a.v) + j * a.row_stride;
       for (std::size_t d = 0; d < a.head_dim; ++d)
-        a.out[d] = std::fma(e, f16_to_f32(v16[d]), a.out[d]);
+        a.out[d] = std::fma(e, fp16_to_fp32(v16[d]), a.out[d]);
     } else {
       const float* v = static_cast<const float*>(a.v) + j * a.row_stride;
       for (std::size_t d = 0; d < a.head_dim; ++d) a.out[d] = std::fma(e, v[d], a.out[d]);
@@ -568,7 +488,7 @@ void swiglu_portable(const float* gate, const float* up, float* out, std::size_t
 float sum_squares_portable(const float* x, std::size_t count) { return dot16(x, x, count); }
 
 void f32_to_f16_row_portable(const float* in, std::uint16_t* out, std::size_t count) {
-  for (std::size_t i = 0; i < count; ++i) out[i] = f32_to_f16(in[i]);
+  for (std::size_t i = 0; i < count; ++i) out[i] = fp32_to_fp16(in[i]);
 }
 
 }  // namespace detail
@@ -662,47 +582,6 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
         for (std::size_t r = 0; r < tail; ++r) y0[t * ldy + full + r] = scratch[t * 16 + r];
       return;
     }
-  }
-}
-
-void quantize_row_q8_0(const float* x, std::byte* out, std::size_t count) {
-  if (count % q8_block_elems != 0)
-    throw Error(fmt::format("quantize_row_q8_0: {} is not a multiple of 32", count));
-  for (std::size_t b = 0; b < count / q8_block_elems; ++b) {
-    std::byte* block = out + b * q8_block_bytes;
-    float d = 0.0f;
-    quantize_q8_0_block(x + b * q8_block_elems, reinterpret_cast<std::int8_t*>(block + 2), &d);
-    const std::uint16_t d16 = f32_to_f16(d);
-    std::memcpy(block, &d16, 2);
-  }
-}
-
-void dequantize_row(const MatrixRef& w, std::size_t r, float* out) {
-  const std::byte* row = w.data + r * w.row_bytes;
-  switch (w.dtype) {
-    case DType::f32:
-      std::memcpy(out, row, w.cols * 4);
-      return;
-    case DType::f16:
-    case DType::bf16:
-      for (std::size_t k = 0; k < w.cols; ++k) {
-        std::uint16_t h;
-        std::memcpy(&h, row + 2 * k, 2);
-        out[k] = w.dtype == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h);
-      }
-      return;
-    case DType::q8_0:
-      for (std::size_t b = 0; b < w.cols / q8_block_elems; ++b) {
-        const std::byte* block = row + b * q8_block_bytes;
-        std::uint16_t d16;
-        std::memcpy(&d16, block, 2);
-        const float d = f16_to_f32(d16);
-        for (std::size_t j = 0; j < q8_block_elems; ++j)
-          out[b * 32 + j] = d * static_cast<float>(static_cast<std::int8_t>(block[2 + j]));
-      }
-      return;
-    default:
-      throw Error(fmt::format("dequantize_row: dtype {} not supported", dtype_name(w.dtype)));
   }
 }
 

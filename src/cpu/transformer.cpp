@@ -48,12 +48,17 @@ std::vector<float> load_vector(const WeightStore& weights, const std::string& na
   return out;
 }
 
+/// A weight matrix; `multiplied` when matmul() reads it (the embedding table is only looked up,
+/// which works for every type).
 MatrixRef load_matrix(const WeightStore& weights, const std::string& name, std::size_t rows,
-                      std::size_t cols) {
+                      std::size_t cols, bool multiplied = true) {
   const Tensor& t = weights.get(name);
   if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
     throw Error(fmt::format("tensor {}: shape [{}], expected [{}, {}]", name,
                             fmt::join(t.shape, ", "), rows, cols));
+  if (multiplied && !has_matmul_kernel(t.dtype))
+    throw Error(fmt::format("tensor {} is {}, which the CPU backend cannot multiply yet", name,
+                            dtype_name(t.dtype)));
   return MatrixRef::of(t);
 }
 
@@ -220,10 +225,9 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   s.pool = ThreadPool::shared(options.threads != 0 ? options.threads : physical_cores());
   s.adaptive_threads = options.adaptive_threads;
 
-  s.embed = load_matrix(w, "token_embd.weight", c.vocab_size, c.dim);
-  s.output = c.tied_embeddings || w.find("output.weight") == nullptr
-                 ? s.embed
-                 : load_matrix(w, "output.weight", c.vocab_size, c.dim);
+  const bool tied = c.tied_embeddings || w.find("output.weight") == nullptr;
+  s.embed = load_matrix(w, "token_embd.weight", c.vocab_size, c.dim, tied);
+  s.output = tied ? s.embed : load_matrix(w, "output.weight", c.vocab_size, c.dim);
   s.output_norm = load_vector(w, "output_norm.weight", c.dim);
   s.layers.resize(c.n_layers);
   for (std::size_t i = 0; i < c.n_layers; ++i) {

@@ -27,35 +27,6 @@ using detail::checked_add;
 using detail::checked_align_up;
 using detail::checked_mul;
 
-// ------------------------------------------------------------------------ ggml type table
-
-struct GgmlTypeInfo {
-  const char* name;  // nullptr: id not assigned (removed or unknown)
-  std::uint32_t block_elems;
-  std::uint32_t block_bytes;
-};
-
-// Indexed by ggml_type id, as in ggml.h / gguf-py's GGML_QUANT_SIZES. Ids 4, 5 and 31-33, 36-38
-// belonged to removed types and are rejected like unknown ids.
-constexpr std::array<GgmlTypeInfo, 42> kGgmlTypes = {{
-    {"F32", 1, 4},        {"F16", 1, 2},       {"Q4_0", 32, 18},     {"Q4_1", 32, 20},
-    {nullptr, 0, 0},      {nullptr, 0, 0},     {"Q5_0", 32, 22},     {"Q5_1", 32, 24},
-    {"Q8_0", 32, 34},     {"Q8_1", 32, 36},    {"Q2_K", 256, 84},    {"Q3_K", 256, 110},
-    {"Q4_K", 256, 144},   {"Q5_K", 256, 176},  {"Q6_K", 256, 210},   {"Q8_K", 256, 292},
-    {"IQ2_XXS", 256, 66}, {"IQ2_XS", 256, 74}, {"IQ3_XXS", 256, 98}, {"IQ1_S", 256, 50},
-    {"IQ4_NL", 32, 18},   {"IQ3_S", 256, 110}, {"IQ2_S", 256, 82},   {"IQ4_XS", 256, 136},
-    {"I8", 1, 1},         {"I16", 1, 2},       {"I32", 1, 4},        {"I64", 1, 8},
-    {"F64", 1, 8},        {"IQ1_M", 256, 56},  {"BF16", 1, 2},       {nullptr, 0, 0},
-    {nullptr, 0, 0},      {nullptr, 0, 0},     {"TQ1_0", 256, 54},   {"TQ2_0", 256, 66},
-    {nullptr, 0, 0},      {nullptr, 0, 0},     {nullptr, 0, 0},      {"MXFP4", 32, 17},
-    {"NVFP4", 64, 36},    {"Q1_0", 128, 18},
-}};
-
-const GgmlTypeInfo* ggml_type_info(std::uint32_t id) {
-  if (id >= kGgmlTypes.size() || kGgmlTypes[id].name == nullptr) return nullptr;
-  return &kGgmlTypes[id];
-}
-
 // ------------------------------------------------------------------------ limits
 
 constexpr int kMaxArrayNesting = 8;         // arrays of arrays: real files use at most 2 levels
@@ -269,30 +240,6 @@ const char* gguf_type_name(GgufType t) noexcept {
   return "?";
 }
 
-const char* ggml_type_name(std::uint32_t ggml_type) noexcept {
-  const GgmlTypeInfo* info = ggml_type_info(ggml_type);
-  return info ? info->name : nullptr;
-}
-
-std::optional<DType> dtype_from_ggml(std::uint32_t ggml_type) noexcept {
-  switch (ggml_type) {
-    case 0:
-      return DType::f32;
-    case 1:
-      return DType::f16;
-    case 2:
-      return DType::q4_0;
-    case 8:
-      return DType::q8_0;
-    case 12:
-      return DType::q4_k;
-    case 30:
-      return DType::bf16;
-    default:
-      return std::nullopt;
-  }
-}
-
 std::optional<std::uint64_t> GgufValue::as_uint() const {
   if (const auto* u = std::get_if<std::uint64_t>(&value)) return *u;
   if (const auto* i = std::get_if<std::int64_t>(&value); i && *i >= 0)
@@ -492,10 +439,10 @@ GgufFile parse_gguf(std::span<const std::byte> bytes, const std::string& name) {
     t.offset = in.read<std::uint64_t>(what);
     t.shape.assign(ne.rbegin(), ne.rend());
 
-    const GgmlTypeInfo* type = ggml_type_info(t.ggml_type);
+    const GgmlType* type = ggml_type(t.ggml_type);
     if (type == nullptr)
       in.fail(fmt::format("tensor '{}': unknown tensor type {}", t.name, t.ggml_type));
-    t.dtype = dtype_from_ggml(t.ggml_type);
+    t.dtype = type->dtype;
     std::optional<std::uint64_t> elements = 1;
     for (auto d : ne)
       if (elements) elements = checked_mul(*elements, d);

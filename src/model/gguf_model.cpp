@@ -194,10 +194,8 @@ LoadedModel load_gguf_model(const GgufFile& g) {
   if (g.file) store->add_file(g.file);
   for (const auto& info : g.tensors) {
     if (!info.dtype)
-      g.fail(fmt::format(
-          "tensor '{}' has type {}, which specdec does not support (F32, F16, BF16, Q8_0, Q4_0, "
-          "Q4_K)",
-          info.name, ggml_type_name(info.ggml_type)));
+      g.fail(fmt::format("tensor '{}' has type {}, which specdec does not support ({})", info.name,
+                         ggml_type_name(info.ggml_type), supported_dtype_names()));
     Tensor t;
     t.name = info.name;
     t.dtype = *info.dtype;

@@ -10,115 +10,9 @@
 #include <fmt/format.h>
 
 #include "checked.hpp"
+#include "specdec/model/quants.hpp"
 
 namespace specdec {
-
-// ------------------------------------------------------------------------ element conversions
-
-std::uint16_t fp32_to_fp16(float value) noexcept {
-  // Integer-only, so that the result cannot depend on the floating-point environment.
-  const auto x = std::bit_cast<std::uint32_t>(value);
-  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
-  const std::uint32_t magnitude = x & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return sign | 0x7e00u;  // NaN -> quiet NaN (as ggml)
-  // 65520 (0x477ff000) lies halfway between the largest half, 65504, and 2^16: ties-to-even
-  // rounds it, and everything above it (infinity included), to infinity.
-  if (magnitude >= 0x477ff000u) return sign | 0x7c00u;
-  if (magnitude < 0x38800000u) {
-    // Below 2^-14, the smallest normal half: a subnormal half counts units of 2^-24. The float's
-    // value is m * 2^(e - 150) with m its 24-bit significand, i.e. m * 2^(e - 126) units: shift
-    // m right by 126 - e bits, rounding to nearest even. Below 2^-25 everything rounds to 0.
-    const std::uint32_t e = magnitude >> 23;
-    if (e < 102) return sign;
-    const std::uint32_t m = (magnitude & 0x7fffffu) | 0x800000u;
-    const std::uint32_t shift = 126 - e;  // 14 .. 24
-    std::uint32_t units = m >> shift;
-    const std::uint32_t rest = m & ((1u << shift) - 1);
-    const std::uint32_t half = 1u << (shift - 1);
-    if (rest > half || (rest == half && (units & 1u))) ++units;  // may carry into 0x400: fine
-    return static_cast<std::uint16_t>(sign | units);
-  }
-  // Normal: rebias the exponent (127 -> 15) and drop 13 mantissa bits, rounding to nearest even.
-  // A carry out of the mantissa correctly bumps the exponent.
-  std::uint32_t h = (magnitude >> 13) - (112u << 10);
-  const std::uint32_t rest = magnitude & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-  return static_cast<std::uint16_t>(sign | h);
-}
-
-float fp16_to_fp32(std::uint16_t bits) noexcept {
-  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
-  const std::uint32_t exponent = (bits >> 10) & 0x1fu;
-  const std::uint32_t mantissa = bits & 0x3ffu;
-  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float
-    const float v = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -v : v;
-  }
-  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-}
-
-void quantize_row_q8_0(std::span<const float> x, std::span<std::byte> out) {
-  if (x.size() % kQ8_0BlockElems != 0)
-    throw Error(fmt::format("quantize_row_q8_0: {} values is not a multiple of {}", x.size(),
-                            kQ8_0BlockElems));
-  const std::size_t blocks = x.size() / kQ8_0BlockElems;
-  if (out.size() != blocks * kQ8_0BlockBytes)
-    throw Error(fmt::format("quantize_row_q8_0: {} blocks need {} bytes, got {}", blocks,
-                            blocks * kQ8_0BlockBytes, out.size()));
-  for (std::size_t b = 0; b < blocks; ++b) {
-    const float* v = x.data() + b * kQ8_0BlockElems;  // [32] weights of this block
-    std::byte* block = out.data() + b * kQ8_0BlockBytes;
-    float amax = 0.0f;
-    for (std::size_t j = 0; j < kQ8_0BlockElems; ++j) amax = std::max(amax, std::fabs(v[j]));
-    // The same float operations as ggml's quantize_row_q8_0_ref, in the same order: the scale
-    // is stored as f16 but the weights are divided by the unrounded float scale.
-    const float d = amax / 127.0f;
-    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
-    const std::uint16_t d16 = fp32_to_fp16(d);
-    std::memcpy(block, &d16, sizeof d16);
-    for (std::size_t j = 0; j < kQ8_0BlockElems; ++j) {
-      const auto q = static_cast<std::int8_t>(std::round(v[j] * inverse));  // halves away from 0
-      std::memcpy(block + 2 + j, &q, 1);
-    }
-  }
-}
-
-void dequantize_row_q8_0(std::span<const std::byte> blocks, std::span<float> out) {
-  if (blocks.size() % kQ8_0BlockBytes != 0 ||
-      blocks.size() / kQ8_0BlockBytes * kQ8_0BlockElems != out.size())
-    throw Error(fmt::format("dequantize_row_q8_0: {} bytes do not hold {} values", blocks.size(),
-                            out.size()));
-  for (std::size_t b = 0; b < blocks.size() / kQ8_0BlockBytes; ++b) {
-    const std::byte* block = blocks.data() + b * kQ8_0BlockBytes;
-    std::uint16_t d16 = 0;
-    std::memcpy(&d16, block, sizeof d16);
-    const float d = fp16_to_fp32(d16);
-    for (std::size_t j = 0; j < kQ8_0BlockElems; ++j) {
-      std::int8_t q = 0;
-      std::memcpy(&q, block + 2 + j, 1);
-      out[b * kQ8_0BlockElems + j] = static_cast<float>(q) * d;
-    }
-  }
-}
-
-std::uint32_t ggml_type_of(DType dtype) noexcept {
-  switch (dtype) {
-    case DType::f32:
-      return 0;
-    case DType::f16:
-      return 1;
-    case DType::q4_0:
-      return 2;
-    case DType::q8_0:
-      return 8;
-    case DType::q4_k:
-      return 12;
-    case DType::bf16:
-      return 30;
-  }
-  return 0;
-}
 
 // ------------------------------------------------------------------------ writer
 
@@ -307,48 +201,23 @@ void GgufWriter::write(const std::string& path) const {
 
 namespace {
 
-/// The tensor's values as floats (F32, F16 and BF16 inputs).
+/// The tensor's values as floats (any type specdec computes with).
 std::vector<float> to_f32(const GgufFile& g, const GgufTensorInfo& t) {
-  if (!t.dtype || (*t.dtype != DType::f32 && *t.dtype != DType::f16 && *t.dtype != DType::bf16)) {
+  if (!t.dtype) {
     const char* type = ggml_type_name(t.ggml_type);
-    g.fail(fmt::format("tensor '{}' is {}: convert reads F32, F16 and BF16 tensors", t.name,
-                       type ? type : "?"));
+    g.fail(fmt::format("tensor '{}' is {}: convert reads {}", t.name, type ? type : "?",
+                       supported_dtype_names()));
   }
-  const std::size_t n = static_cast<std::size_t>(t.nbytes / dtype_block_bytes(*t.dtype));
+  const std::size_t n = static_cast<std::size_t>(t.nbytes / dtype_block_bytes(*t.dtype) *
+                                                 dtype_block_elems(*t.dtype));
   std::vector<float> out(n);
-  if (*t.dtype == DType::f32) {
-    std::memcpy(out.data(), t.data, n * sizeof(float));
-    return out;
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint16_t h = 0;
-    std::memcpy(&h, t.data + 2 * i, 2);
-    out[i] =
-        *t.dtype == DType::f16 ? fp16_to_fp32(h) : std::bit_cast<float>(std::uint32_t{h} << 16);
-  }
+  dequantize(*t.dtype, t.data, out.data(), n);
   return out;
 }
 
 Bytes encode(const std::vector<float>& values, DType type) {
-  Bytes out;
-  switch (type) {
-    case DType::f32:
-      put_raw(out, values.data(), values.size() * sizeof(float));
-      break;
-    case DType::f16:
-      out.resize(values.size() * 2);
-      for (std::size_t i = 0; i < values.size(); ++i) {
-        const std::uint16_t h = fp32_to_fp16(values[i]);
-        std::memcpy(out.data() + 2 * i, &h, 2);
-      }
-      break;
-    case DType::q8_0:
-      out.resize(values.size() / kQ8_0BlockElems * kQ8_0BlockBytes);
-      quantize_row_q8_0(values, out);
-      break;
-    default:
-      throw Error(fmt::format("convert: cannot write {} tensors", dtype_name(type)));
-  }
+  Bytes out(values.size() / dtype_block_elems(type) * dtype_block_bytes(type));
+  quant::quantize(type, values, out);
   return out;
 }
 

@@ -17,8 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool is_float(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
-
 std::string shape_string(const std::vector<std::uint64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
@@ -40,7 +38,7 @@ void validate_model_weights(const ModelConfig& c, const WeightStore& weights) {
       throw Error(fmt::format("tensor '{}' has shape {}, but the config implies {}", name,
                               shape_string(t->shape), shape_string(shape)));
     // Norms, biases and rope factors are read as plain vectors, never quantised.
-    if (float_only && !is_float(t->dtype))
+    if (float_only && !is_float_dtype(t->dtype))
       throw Error(
           fmt::format("tensor '{}' is {}; norms, biases and rope factors must be F32, F16 or BF16",
                       name, dtype_name(t->dtype)));

@@ -1,6 +1,8 @@
 # Sources of specdec_model (paths relative to src/).
 list(APPEND SOURCES
   model/config.cpp
+  model/dtype.cpp    # the table of weight types
+  model/quants.cpp   # dequantisers and quantisers of every weight type
   model/weights.cpp
   model/gguf.cpp
   model/gguf_model.cpp
@@ -11,3 +13,7 @@ list(APPEND SOURCES
   model/gguf_writer.cpp)  # the GGUF writer and F16/Q8_0 conversion (specdec convert)
 list(APPEND PUBLIC_LIBS specdec_tokenizer)
 list(APPEND PRIVATE_LIBS fmt::fmt nlohmann_json::nlohmann_json)
+
+# The dequantisers reproduce ggml's float operations in ggml's order: no contraction into fused
+# multiply-adds (GCC contracts in GNU mode, and with -march flags that enable FMA).
+set_source_files_properties(model/quants.cpp PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")

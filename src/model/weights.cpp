@@ -1,4 +1,4 @@
-// DType tables, MappedFile (POSIX mmap) and WeightStore: see specdec/model/weights.hpp.
+// Tensor, MappedFile (POSIX mmap) and WeightStore: see specdec/model/weights.hpp.
 #include "specdec/model/weights.hpp"
 
 #include <fcntl.h>
@@ -13,60 +13,6 @@
 #include <fmt/format.h>
 
 namespace specdec {
-
-// Block layouts as in ggml (ggml-common.h):
-//   Q8_0: fp16 scale + 32 int8                       = 34 bytes per 32 weights
-//   Q4_0: fp16 scale + 16 bytes of 4-bit pairs       = 18 bytes per 32 weights
-//   Q4_K: fp16 d, fp16 dmin, 12 bytes of 6-bit scales, 128 bytes of nibbles = 144 per 256
-std::size_t dtype_block_elems(DType t) noexcept {
-  switch (t) {
-    case DType::f32:
-    case DType::f16:
-    case DType::bf16:
-      return 1;
-    case DType::q8_0:
-    case DType::q4_0:
-      return 32;
-    case DType::q4_k:
-      return 256;
-  }
-  return 1;
-}
-
-std::size_t dtype_block_bytes(DType t) noexcept {
-  switch (t) {
-    case DType::f32:
-      return 4;
-    case DType::f16:
-    case DType::bf16:
-      return 2;
-    case DType::q8_0:
-      return 34;
-    case DType::q4_0:
-      return 18;
-    case DType::q4_k:
-      return 144;
-  }
-  return 1;
-}
-
-const char* dtype_name(DType t) noexcept {
-  switch (t) {
-    case DType::f32:
-      return "F32";
-    case DType::f16:
-      return "F16";
-    case DType::bf16:
-      return "BF16";
-    case DType::q8_0:
-      return "Q8_0";
-    case DType::q4_0:
-      return "Q4_0";
-    case DType::q4_k:
-      return "Q4_K";
-  }
-  return "?";
-}
 
 std::uint64_t Tensor::elements() const noexcept {
   // Readers have checked that this product does not overflow before creating the tensor.

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "cli_test_util.hpp"
+#include "specdec/model/float16.hpp"
 #include "specdec/model/gguf_writer.hpp"
+#include "specdec/model/quants.hpp"
 #include "specdec_test.hpp"
 
 using specdec::test::read_file;
@@ -87,10 +89,10 @@ TEST_CASE("Q8_0 blocks dequantize to within half a step", "[cli]") {
   std::normal_distribution<float> normal(0.0f, 2.0f);
   std::vector<float> x(32 * 64);
   for (auto& v : x) v = normal(rng);
-  std::vector<std::byte> blocks(x.size() / specdec::kQ8_0BlockElems * specdec::kQ8_0BlockBytes);
-  specdec::quantize_row_q8_0(x, blocks);
+  std::vector<std::byte> blocks(x.size() / 32 * 34);
+  specdec::quant::quantize(specdec::DType::q8_0, x, blocks);
   std::vector<float> y(x.size());
-  specdec::dequantize_row_q8_0(blocks, y);
+  specdec::dequantize(specdec::DType::q8_0, blocks.data(), y.data(), y.size());
   for (std::size_t b = 0; b < x.size() / 32; ++b) {
     float amax = 0;
     for (std::size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
@@ -98,8 +100,9 @@ TEST_CASE("Q8_0 blocks dequantize to within half a step", "[cli]") {
     for (std::size_t j = 0; j < 32; ++j)
       CHECK(std::fabs(x[b * 32 + j] - y[b * 32 + j]) <= 0.5f * d + amax * 1e-3f);
   }
-  CHECK_THROWS_AS(specdec::quantize_row_q8_0(std::span<const float>(x.data(), 31), blocks),
-                  specdec::Error);
+  CHECK_THROWS_AS(
+      specdec::quant::quantize(specdec::DType::q8_0, std::span<const float>(x.data(), 31), blocks),
+      specdec::Error);
 }
 
 TEST_CASE("the committed demo models are the conversion of the shared trained pair", "[cli]") {

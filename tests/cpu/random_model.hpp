@@ -12,6 +12,7 @@
 
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/model/config.hpp"
+#include "specdec/model/quants.hpp"
 #include "specdec/model/weights.hpp"
 
 namespace specdec::test {
@@ -23,28 +24,8 @@ struct RandomModel {
 
 /// Encodes floats as a tensor of `dtype` (rows x cols), appending the bytes to `storage`.
 inline std::vector<std::byte> encode(const std::vector<float>& v, DType dtype) {
-  std::vector<std::byte> out;
-  switch (dtype) {
-    case DType::f32:
-      out.resize(v.size() * 4);
-      std::memcpy(out.data(), v.data(), out.size());
-      break;
-    case DType::f16:
-    case DType::bf16:
-      out.resize(v.size() * 2);
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        const std::uint16_t h =
-            dtype == DType::f16 ? cpu::f32_to_f16(v[i]) : cpu::f32_to_bf16(v[i]);
-        std::memcpy(out.data() + 2 * i, &h, 2);
-      }
-      break;
-    case DType::q8_0:
-      out.resize(v.size() / 32 * 34);
-      cpu::quantize_row_q8_0(v.data(), out.data(), v.size());
-      break;
-    default:
-      throw Error("encode: unsupported dtype");
-  }
+  std::vector<std::byte> out(v.size() / dtype_block_elems(dtype) * dtype_block_bytes(dtype));
+  quant::quantize(dtype, v, out);
   return out;
 }
 

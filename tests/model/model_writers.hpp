@@ -70,7 +70,8 @@ enum GgmlTypeId : std::uint32_t {
   kGgmlF16 = 1,
   kGgmlQ4_0 = 2,
   kGgmlQ8_0 = 8,
-  kGgmlQ6_K = 14
+  kGgmlQ6_K = 14,
+  kGgmlIQ2_XS = 17,  // known to ggml, not computed by specdec
 };
 
 class GgufWriter {

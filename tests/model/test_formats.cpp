@@ -128,8 +128,7 @@ TEST_CASE("GGUF: every metadata type and tensor type, as the gguf package wrote 
                                             Catch::Contains("expected a non-negative integer"));
   CHECK_THROWS_WITH(g.get_array("t.array_i32", GgufType::string),
                     Catch::Contains("expected an array of string"));
-  // Q6_K parses (for `specdec info`) but has no specdec dtype.
-  CHECK_FALSE(g.find_tensor("q6_k")->dtype.has_value());
+  CHECK(g.find_tensor("q6_k")->dtype == DType::q6_k);
   CHECK(g.find_tensor("q8_0")->dtype == DType::q8_0);
   CHECK(g.find_tensor("q4_k")->dtype == DType::q4_k);
   CHECK(g.find_tensor("bf16")->dtype == DType::bf16);

@@ -212,11 +212,11 @@ TEST_CASE("GGUF: tensor problems", "[malformed][gguf]") {
   }
   SECTION("known but unsupported type") {
     auto* t = w.find_tensor("token_embd.weight");
-    t->type = kGgmlQ6_K;
+    t->type = kGgmlIQ2_XS;
     t->shape = {1, 256};
-    t->data = Bytes(210);
+    t->data = Bytes(74);
     expect_gguf_error(w,
-                      "tensor 'token_embd.weight' has type Q6_K, which specdec does not support");
+                      "tensor 'token_embd.weight' has type IQ2_XS, which specdec does not support");
   }
   SECTION("row length not a multiple of the block size") {
     auto* t = w.find_tensor("blk.0.attn_q.weight");

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "specdec/cpu/kernel_args.hpp"
+#include "specdec/model/float16.hpp"
 #include "specdec/model/weights.hpp"
 
 namespace specdec::cpu {
@@ -103,10 +104,13 @@ struct MatrixRef {
   std::size_t cols = 0;
   std::size_t row_bytes = 0;  ///< bytes from one row to the next
 
-  /// The view of a 2-D tensor; throws specdec::Error naming it when the CPU backend cannot use
-  /// its dtype (F32, F16, BF16, Q8_0 are supported) or when its rows do not hold whole blocks.
+  /// The view of a 2-D tensor of any DType; throws specdec::Error naming it when it is not a
+  /// matrix, its rows do not hold whole blocks or its data is too short.
   static MatrixRef of(const Tensor& t);
 };
+
+/// Whether matmul() has kernels for weights of this type.
+bool has_matmul_kernel(DType t) noexcept;
 
 /// Whether the kernels for `isa` read activations for `dtype` weights as bf16 (AMX tiles, or rows
 /// for AVX512_BF16) or Q8_0.
@@ -191,25 +195,10 @@ class PackedInput {
 void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_begin,
             std::size_t row_end, float* y, std::size_t ldy);
 
-// ------------------------------------------------------------------------------------------------
-// Element conversions shared by the backend (round to nearest even, like the hardware)
-
-float f16_to_f32(std::uint16_t h) noexcept;
-std::uint16_t f32_to_f16(float f) noexcept;
-inline float bf16_to_f32(std::uint16_t h) noexcept {
-  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
-  float f;
-  __builtin_memcpy(&f, &bits, sizeof f);
-  return f;
-}
-std::uint16_t f32_to_bf16(float f) noexcept;
-
-/// Quantises `count` floats (a multiple of 32) to Q8_0 blocks (34 bytes per 32 values) the way
-/// llama.cpp's reference quantize_row_q8_0 does: d = amax / 127 stored as f16, q = round(x / d).
-void quantize_row_q8_0(const float* x, std::byte* out, std::size_t count);
-
 /// Row r of a matrix as floats (dequantised), for embedding look-ups and tests.
-void dequantize_row(const MatrixRef& w, std::size_t r, float* out);
+inline void dequantize_row(const MatrixRef& w, std::size_t r, float* out) {
+  dequantize(w.dtype, w.data + r * w.row_bytes, out, w.cols);
+}
 
 /// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp_f32(-gate[i])) * up[i], bitwise the same on
 /// every Isa.

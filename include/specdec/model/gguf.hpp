@@ -69,7 +69,7 @@ struct GgufValue {
 };
 
 /// A tensor as the file describes it. `dtype` is set when specdec supports the ggml type; other
-/// known ggml types (Q6_K, IQ4_XS, ...) still parse so that `specdec info` can show them.
+/// known ggml types (IQ2_XS, TQ1_0, ...) still parse so that `specdec info` can show them.
 struct GgufTensorInfo {
   std::string name;
   std::uint32_t ggml_type = 0;       ///< raw ggml_type id
@@ -79,11 +79,6 @@ struct GgufTensorInfo {
   std::uint64_t nbytes = 0;
   const std::byte* data = nullptr;  ///< into the file's bytes (checked to lie inside them)
 };
-
-/// Name of a ggml tensor type id ("F32", "Q4_K", ...), nullptr for an unknown id.
-const char* ggml_type_name(std::uint32_t ggml_type) noexcept;
-/// The DType of a ggml type id when specdec supports it.
-std::optional<DType> dtype_from_ggml(std::uint32_t ggml_type) noexcept;
 
 class GgufFile {
  public:

@@ -30,22 +30,6 @@ namespace specdec {
 static_assert(std::endian::native == std::endian::little,
               "the GGUF writer writes the host's byte order, and GGUF files are little-endian");
 
-// ------------------------------------------------------------------------ element conversions
-
-/// binary32 -> binary16 bits, round to nearest even; overflow gives +-inf, NaN a quiet NaN.
-std::uint16_t fp32_to_fp16(float value) noexcept;
-/// binary16 bits -> binary32 (exact).
-float fp16_to_fp32(std::uint16_t bits) noexcept;
-
-inline constexpr std::size_t kQ8_0BlockElems = 32;  ///< weights per Q8_0 block
-inline constexpr std::size_t kQ8_0BlockBytes = 34;  ///< f16 scale + 32 int8
-
-/// Quantises x (a multiple of 32 values) into x.size() / 32 Q8_0 blocks written to `out`
-/// (x.size() / 32 * 34 bytes). Throws specdec::Error on a size mismatch.
-void quantize_row_q8_0(std::span<const float> x, std::span<std::byte> out);
-/// The inverse (up to the rounding): out[i] = d * qs[i] per block.
-void dequantize_row_q8_0(std::span<const std::byte> blocks, std::span<float> out);
-
 // ------------------------------------------------------------------------ writer
 
 /// Collects metadata and tensors, then writes one GGUF v3 file. Metadata keys keep the order in
@@ -82,9 +66,6 @@ class GgufWriter {
   std::vector<std::pair<std::string, GgufValue>> metadata_;
   std::vector<PendingTensor> tensors_;
 };
-
-/// The ggml_type id a DType is stored as (F32 0, F16 1, Q8_0 8, ...).
-std::uint32_t ggml_type_of(DType dtype) noexcept;
 
 // ------------------------------------------------------------------------ model conversion
 

@@ -19,16 +19,9 @@
 #include <vector>
 
 #include "specdec/common.hpp"
+#include "specdec/model/dtype.hpp"
 
 namespace specdec {
-
-enum class DType : std::uint8_t { f32, f16, bf16, q8_0, q4_0, q4_k };
-
-/// Elements per quantisation block (1 for the float types) and bytes per block. A tensor's rows
-/// (its innermost dimension) hold whole blocks; its size is elements / block_elems * block_bytes.
-std::size_t dtype_block_elems(DType t) noexcept;
-std::size_t dtype_block_bytes(DType t) noexcept;
-const char* dtype_name(DType t) noexcept;
 
 struct Tensor {
   std::string name;
