@@ -7,6 +7,7 @@
 #include "specdec/model/quants.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -347,6 +348,417 @@ void quantize_affine(const float* x, std::byte* out, std::size_t blocks) {
   }
 }
 
+// ------------------------------------------------------------------------ K-quant quantisers
+// ggml's reference quantisers (quantize_row_q{2..6}_K_ref, the path llama-quantize takes when no
+// importance matrix is given), with every float operation in ggml's order so that the blocks are
+// byte-identical with llama.cpp's (tests/model/test_quants.cpp compares them with blocks that
+// tools/make_kquant_fixtures.py had llama.cpp's ggml_quantize_chunk write). Each quantiser works
+// in two stages: first it fits a scale (and a min) per sub-block on the floats, then it quantises
+// those per-sub-block scales themselves (to 4, 6 or 8 bits under one binary16 super-scale) and
+// finally re-derives every weight's quant from the *rounded* scales, so that the block
+// reproduces what the dequantiser will compute.
+
+/// Round to nearest, ties to even, as ggml's nearest_int: adding 1.5 * 2^23 makes the float
+/// unit in the last place 1, so the addition itself rounds; the integer is read from the low
+/// mantissa bits. Exact for |v| < 2^22 (ggml asserts that); any other input (NaN, huge) gives
+/// some int without undefined behaviour, where a cast would have none defined.
+int nearest_int(float v) {
+  const float shifted = v + 12582912.0f;
+  return static_cast<int>(std::bit_cast<std::uint32_t>(shifted) & 0x007fffffu) - 0x00400000;
+}
+
+/// ggml treats a group whose largest magnitude is below this as all zero.
+constexpr float kGroupMaxEps = 1e-15f;
+
+/// Symmetric fit of n values to integers in [-nmax, nmax - 1] (ggml's make_qx_quants with
+/// rmse_type 1 and no importance weights): start from the scale that maps the value of largest
+/// magnitude to -nmax, then try 18 nearby scales -(nmax + 0.1 * is) / max and keep the one that
+/// maximises (sum w x l)^2 / sum w l^2 with w = x^2 (least squares weighted towards large
+/// values). L receives l + nmax; returns the best least-squares scale.
+float make_qx_quants(int n, int nmax, const float* x, std::int8_t* L) {
+  float max = 0.0f, amax = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  if (amax < kGroupMaxEps) {
+    std::fill(L, L + n, std::int8_t{0});
+    return 0.0f;
+  }
+  const auto fit = [&](float iscale, float& sumlx, float& suml2) {
+    sumlx = suml2 = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+      const float w = x[i] * x[i];
+      sumlx += w * x[i] * static_cast<float>(l);
+      suml2 += w * static_cast<float>(l) * static_cast<float>(l);
+    }
+  };
+  const auto assign = [&](float iscale) {
+    for (int i = 0; i < n; ++i)
+      L[i] = static_cast<std::int8_t>(nmax + std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1));
+  };
+  float iscale = static_cast<float>(-nmax) / max;
+  float sumlx = 0.0f, suml2 = 0.0f;
+  fit(iscale, sumlx, suml2);
+  assign(iscale);
+  float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / max;
+    fit(iscale, sumlx, suml2);
+    if (suml2 > 0.0f && sumlx * sumlx > best * suml2) {
+      assign(iscale);
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+/// Symmetric 3-bit fit of n values to [-nmax, nmax - 1] (ggml's make_q3_quants with rmse): start
+/// from the absmax scale, then up to 5 sweeps of coordinate descent, each moving one quant to the
+/// value that the least-squares scale of the others suggests when that improves
+/// (sum w x l)^2 / sum w l^2 (w = x^2). L receives l + nmax; returns the least-squares scale.
+float make_q3_quants(int n, int nmax, const float* x, std::int8_t* L) {
+  float max = 0.0f, amax = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  if (amax < kGroupMaxEps) {
+    std::fill(L, L + n, std::int8_t{0});
+    return 0.0f;
+  }
+  const float iscale = static_cast<float>(-nmax) / max;
+  float sumlx = 0.0f, suml2 = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+    L[i] = static_cast<std::int8_t>(l);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * static_cast<float>(l);
+    suml2 += w * static_cast<float>(l) * static_cast<float>(l);
+  }
+  for (int sweep = 0; sweep < 5; ++sweep) {
+    int changed = 0;
+    for (int i = 0; i < n; ++i) {
+      const float w = x[i] * x[i];
+      const float li = static_cast<float>(L[i]);
+      float slx = sumlx - w * x[i] * li;
+      if (!(slx > 0.0f)) continue;  // (NaN-safe as ggml's `if (slx > 0)`)
+      float sl2 = suml2 - w * li * li;
+      const int new_l = std::clamp(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+      if (new_l == L[i]) continue;
+      slx += w * x[i] * static_cast<float>(new_l);
+      sl2 += w * static_cast<float>(new_l) * static_cast<float>(new_l);
+      if (sl2 > 0.0f && slx * slx * suml2 > sumlx * sumlx * sl2) {
+        L[i] = static_cast<std::int8_t>(new_l);
+        sumlx = slx;
+        suml2 = sl2;
+        ++changed;
+      }
+    }
+    if (changed == 0) break;
+  }
+  for (int i = 0; i < n; ++i) L[i] = static_cast<std::int8_t>(L[i] + nmax);
+  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+/// Affine fit of n values to scale * l - the_min with l in [0, nmax] (ggml's make_qkx2_quants):
+/// start from the min-max fit (min clamped to <= 0), then try nstep + 1 scales
+/// (rmin + rdelta * is + nmax) / (max - min); for each, quantise, solve the weighted least-squares
+/// scale and min of those quants in closed form, and keep the fit with the smallest weighted
+/// error (squared, or absolute when use_mad). Returns the scale; *the_min receives -min >= 0.
+float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, std::uint8_t* L,
+                       float* the_min, float rmin, float rdelta, int nstep, bool use_mad) {
+  std::uint8_t Laux[32];
+  float min = x[0], max = x[0];
+  float sum_w = weights[0];
+  float sum_x = sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    if (x[i] < min) min = x[i];
+    if (x[i] > max) max = x[i];
+    sum_w += weights[i];
+    sum_x += weights[i] * x[i];
+  }
+  if (min > 0.0f) min = 0.0f;
+  if (max == min) {
+    std::fill(L, L + n, std::uint8_t{0});
+    *the_min = -min;
+    return 0.0f;
+  }
+  const auto error_of = [&](float scale, float offset, const std::uint8_t* q) {
+    float error = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      float diff = scale * static_cast<float>(q[i]) + offset - x[i];
+      diff = use_mad ? std::fabs(diff) : diff * diff;
+      error += weights[i] * diff;
+    }
+    return error;
+  };
+  float iscale = static_cast<float>(nmax) / (max - min);
+  float scale = 1.0f / iscale;
+  for (int i = 0; i < n; ++i)
+    L[i] = static_cast<std::uint8_t>(std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax));
+  float best_error = error_of(scale, min, L);
+  for (int is = 0; is <= nstep; ++is) {
+    iscale = (rmin + rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);
+    float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax);
+      Laux[i] = static_cast<std::uint8_t>(l);
+      const float w = weights[i], fl = static_cast<float>(l);
+      sum_l += w * fl;
+      sum_l2 += w * fl * fl;
+      sum_xl += w * fl * x[i];
+    }
+    const float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (!(D > 0.0f)) continue;
+    float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+    float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+    if (this_min > 0.0f) {  // the min must not be positive: refit the scale alone
+      this_min = 0.0f;
+      this_scale = sum_xl / sum_l2;
+    }
+    const float cur_error = error_of(this_scale, this_min, Laux);
+    if (cur_error < best_error) {
+      std::copy(Laux, Laux + n, L);
+      best_error = cur_error;
+      scale = this_scale;
+      min = this_min;
+    }
+  }
+  *the_min = -min;
+  return scale;
+}
+
+/// Packs 256 2-bit values (each < 4) the way Q2_K and Q3_K store them: per half of 128, byte l
+/// holds values l, l + 32, l + 64, l + 96 in its four bit pairs.
+void pack_2bit(const std::uint8_t* L, std::uint8_t* qs) {
+  for (std::size_t j = 0; j < kQK_K; j += 128)
+    for (std::size_t l = 0; l < 32; ++l)
+      qs[j / 4 + l] = static_cast<std::uint8_t>(L[j + l] | (L[j + l + 32] << 2) |
+                                                (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+}
+
+void quantize_q2_k(const float* x, std::byte* out, std::size_t blocks) {
+  constexpr float q4scale = 15.0f;  // sub-block scales and mins are 4 bits
+  for (std::size_t b = 0; b < blocks; ++b, x += kQK_K) {
+    std::uint8_t L[kQK_K];
+    float scales[16], mins[16], weights[16];
+    float max_scale = 0.0f, max_min = 0.0f;  // scales and mins are >= 0 (the min is subtracted)
+    for (int j = 0; j < 16; ++j) {
+      // Weighted by |x|, error measured as absolute deviation, 16 steps from -0.5.
+      for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+      scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 0.1f,
+                                   15, true);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    BlockQ2_K block{};
+    if (max_scale > 0.0f) {
+      const float iscale = q4scale / max_scale;
+      for (int j = 0; j < 16; ++j)
+        block.scales[j] = static_cast<std::uint8_t>(nearest_int(iscale * scales[j]));
+      block.d = fp32_to_fp16(max_scale / q4scale);
+    }
+    if (max_min > 0.0f) {
+      const float iscale = q4scale / max_min;
+      for (int j = 0; j < 16; ++j)
+        block.scales[j] |= static_cast<std::uint8_t>(nearest_int(iscale * mins[j]) << 4);
+      block.dmin = fp32_to_fp16(max_min / q4scale);
+    }
+    // Requantise with the stored (rounded) scales; a sub-block whose scale rounded to 0 keeps
+    // the quants of its fit.
+    for (int j = 0; j < 16; ++j) {
+      const float d = half(block.d) * static_cast<float>(block.scales[j] & 0xF);
+      if (d == 0.0f) continue;
+      const float dm = half(block.dmin) * static_cast<float>(block.scales[j] >> 4);
+      for (int i = 0; i < 16; ++i)
+        L[16 * j + i] =
+            static_cast<std::uint8_t>(std::clamp(nearest_int((x[16 * j + i] + dm) / d), 0, 3));
+    }
+    pack_2bit(L, block.qs);
+    std::memcpy(out + b * sizeof block, &block, sizeof block);
+  }
+}
+
+void quantize_q3_k(const float* x, std::byte* out, std::size_t blocks) {
+  for (std::size_t b = 0; b < blocks; ++b, x += kQK_K) {
+    std::int8_t L[kQK_K];
+    float scales[16];
+    float max_scale = 0.0f, amax = 0.0f;  // the signed scale of largest magnitude
+    for (int j = 0; j < 16; ++j) {
+      scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+      if (std::fabs(scales[j]) > amax) {
+        amax = std::fabs(scales[j]);
+        max_scale = scales[j];
+      }
+    }
+    BlockQ3_K block{};
+    if (max_scale != 0.0f) {
+      // 6-bit signed sub-block scales: the largest maps to -32.
+      const float iscale = -32.0f / max_scale;
+      for (int j = 0; j < 16; ++j) {
+        const int l = std::clamp<int>(static_cast<std::int8_t>(nearest_int(iscale * scales[j])),
+                                      -32, 31) + 32;
+        if (j < 8)
+          block.scales[j] = static_cast<std::uint8_t>(l & 0xF);
+        else
+          block.scales[j - 8] |= static_cast<std::uint8_t>((l & 0xF) << 4);
+        block.scales[j % 4 + 8] |= static_cast<std::uint8_t>((l >> 4) << (2 * (j / 4)));
+      }
+      block.d = fp32_to_fp16(1.0f / iscale);
+    }
+    int stored[16];
+    q3_k_scales(block.scales, stored);
+    for (int j = 0; j < 16; ++j) {
+      const float d = half(block.d) * static_cast<float>(stored[j]);
+      if (d == 0.0f) continue;
+      for (int i = 0; i < 16; ++i)
+        L[16 * j + i] =
+            static_cast<std::int8_t>(std::clamp(nearest_int(x[16 * j + i] / d), -4, 3) + 4);
+    }
+    // The third bit of quant j goes to bit j / 32 of hmask[j % 32]; the low two bits to qs.
+    std::uint8_t low[kQK_K];
+    for (std::size_t j = 0; j < kQK_K; ++j) {
+      const int l = L[j];
+      if (l > 3) block.hmask[j % 32] |= static_cast<std::uint8_t>(1u << (j / 32));
+      low[j] = static_cast<std::uint8_t>(l > 3 ? l - 4 : l);
+    }
+    pack_2bit(low, block.qs);
+    std::memcpy(out + b * sizeof block, &block, sizeof block);
+  }
+}
+
+/// Q4_K (levels 16) and Q5_K (levels 32): 8 sub-blocks of 32 with an affine fit each, weighted
+/// by rms(x) + |x|; the scales and mins are then stored as 6-bit multiples of the binary16 d and
+/// dmin (k_scale_min's packing), and the quants re-derived from the stored values.
+template <class Block, int Levels>
+void quantize_k_affine(const float* x, std::byte* out, std::size_t blocks) {
+  constexpr int nmax = Levels - 1;
+  // ggml's search ranges: Q4_K tries 21 scales from -1, Q5_K 16 from -0.5.
+  constexpr float rmin = Levels == 16 ? -1.0f : -0.5f;
+  constexpr int nstep = Levels == 16 ? 20 : 15;
+  for (std::size_t b = 0; b < blocks; ++b, x += kQK_K) {
+    std::uint8_t L[kQK_K];
+    float scales[8], mins[8], weights[32];
+    float max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      const float* xj = x + 32 * j;
+      float sum_x2 = 0.0f;
+      for (int l = 0; l < 32; ++l) sum_x2 += xj[l] * xj[l];
+      const float av_x = std::sqrt(sum_x2 / 32.0f);
+      for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xj[l]);
+      scales[j] = make_qkx2_quants(32, nmax, xj, weights, L + 32 * j, &mins[j], rmin, 0.1f, nstep,
+                                   false);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    Block block{};
+    const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      // ggml stores the rounded value in a uint8_t before clamping: keep that wrap-around.
+      const auto ls = std::min<std::uint8_t>(
+          63, static_cast<std::uint8_t>(nearest_int(inv_scale * scales[j])));
+      const auto lm =
+          std::min<std::uint8_t>(63, static_cast<std::uint8_t>(nearest_int(inv_min * mins[j])));
+      if (j < 4) {
+        block.scales[j] = ls;
+        block.scales[j + 4] = lm;
+      } else {
+        block.scales[j + 4] = static_cast<std::uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
+        block.scales[j - 4] |= static_cast<std::uint8_t>((ls >> 4) << 6);
+        block.scales[j] |= static_cast<std::uint8_t>((lm >> 4) << 6);
+      }
+    }
+    block.d = fp32_to_fp16(max_scale / 63.0f);
+    block.dmin = fp32_to_fp16(max_min / 63.0f);
+    for (int j = 0; j < 8; ++j) {
+      std::uint8_t sc = 0, m = 0;
+      k_scale_min(j, block.scales, sc, m);
+      const float d = half(block.d) * static_cast<float>(sc);
+      if (d == 0.0f) continue;
+      const float dm = half(block.dmin) * static_cast<float>(m);
+      for (int i = 0; i < 32; ++i)
+        L[32 * j + i] = static_cast<std::uint8_t>(
+            std::clamp(nearest_int((x[32 * j + i] + dm) / d), 0, nmax));
+    }
+    // Sub-blocks in pairs: the first's low four bits in the low nibbles of 32 bytes of qs, the
+    // second's in the high nibbles; Q5_K's fifth bit of sub-block s at bit s of qh[l].
+    for (int pair = 0; pair < 4; ++pair) {
+      for (int l = 0; l < 32; ++l) {
+        int q0 = L[64 * pair + l], q1 = L[64 * pair + l + 32];
+        if constexpr (Levels == 32) {
+          if (q0 > 15) {
+            q0 -= 16;
+            block.qh[l] |= static_cast<std::uint8_t>(1u << (2 * pair));
+          }
+          if (q1 > 15) {
+            q1 -= 16;
+            block.qh[l] |= static_cast<std::uint8_t>(2u << (2 * pair));
+          }
+        }
+        block.qs[32 * pair + l] = static_cast<std::uint8_t>(q0 | (q1 << 4));
+      }
+    }
+    std::memcpy(out + b * sizeof block, &block, sizeof block);
+  }
+}
+
+void quantize_q6_k(const float* x, std::byte* out, std::size_t blocks) {
+  for (std::size_t b = 0; b < blocks; ++b, x += kQK_K) {
+    std::int8_t L[kQK_K];
+    float scales[16];
+    float max_scale = 0.0f, max_abs_scale = 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      scales[j] = make_qx_quants(16, 32, x + 16 * j, L + 16 * j);
+      if (std::fabs(scales[j]) > max_abs_scale) {
+        max_abs_scale = std::fabs(scales[j]);
+        max_scale = scales[j];
+      }
+    }
+    BlockQ6_K block{};  // an all-zero block when every sub-block is (near) zero
+    if (!(max_abs_scale < kGroupMaxEps)) {
+      // int8 sub-block scales: the largest maps to -128.
+      const float iscale = -128.0f / max_scale;
+      block.d = fp32_to_fp16(1.0f / iscale);
+      for (int j = 0; j < 16; ++j)
+        block.scales[j] = static_cast<std::int8_t>(std::min(127, nearest_int(iscale * scales[j])));
+      for (int j = 0; j < 16; ++j) {
+        const float d = half(block.d) * static_cast<float>(block.scales[j]);
+        if (d == 0.0f) continue;
+        for (int i = 0; i < 16; ++i)
+          L[16 * j + i] =
+              static_cast<std::int8_t>(std::clamp(nearest_int(x[16 * j + i] / d), -32, 31) + 32);
+      }
+      // Per half of 128: value l + 32 * part (part 0..3) has its low nibble in ql[l] (parts 0,
+      // 2) or ql[l + 32] (parts 1, 3), low or high, and its top two bits at bit 2 * part of qh[l].
+      for (std::size_t h = 0; h < 2; ++h) {
+        const std::int8_t* Lh = L + 128 * h;
+        std::uint8_t* ql = block.ql + 64 * h;
+        std::uint8_t* qh = block.qh + 32 * h;
+        for (std::size_t l = 0; l < 32; ++l) {
+          const int q[4] = {Lh[l], Lh[l + 32], Lh[l + 64], Lh[l + 96]};
+          ql[l] = static_cast<std::uint8_t>((q[0] & 0xF) | ((q[2] & 0xF) << 4));
+          ql[l + 32] = static_cast<std::uint8_t>((q[1] & 0xF) | ((q[3] & 0xF) << 4));
+          qh[l] = static_cast<std::uint8_t>((q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) |
+                                            ((q[3] >> 4) << 6));
+        }
+      }
+    }
+    std::memcpy(out + b * sizeof block, &block, sizeof block);
+  }
+}
+
 }  // namespace
 
 bool can_quantize(DType t) noexcept {
@@ -359,6 +771,11 @@ bool can_quantize(DType t) noexcept {
     case DType::q5_0:
     case DType::q5_1:
     case DType::q8_0:
+    case DType::q2_k:
+    case DType::q3_k:
+    case DType::q4_k:
+    case DType::q5_k:
+    case DType::q6_k:
       return true;
     default:
       return false;
@@ -399,6 +816,16 @@ void quantize(DType t, std::span<const float> x, std::span<std::byte> out) {
       return quantize_affine<BlockQ4_1, 16>(in, o, blocks);
     case DType::q5_1:
       return quantize_affine<BlockQ5_1, 32>(in, o, blocks);
+    case DType::q2_k:
+      return quantize_q2_k(in, o, blocks);
+    case DType::q3_k:
+      return quantize_q3_k(in, o, blocks);
+    case DType::q4_k:
+      return quantize_k_affine<BlockQ4_K, 16>(in, o, blocks);
+    case DType::q5_k:
+      return quantize_k_affine<BlockQ5_K, 32>(in, o, blocks);
+    case DType::q6_k:
+      return quantize_q6_k(in, o, blocks);
     default:
       return;  // unreachable: can_quantize() checked
   }

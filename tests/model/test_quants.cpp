@@ -1,5 +1,7 @@
 // The weight-type table and the dequantisers / quantisers, bit for bit against the gguf Python
-// package (fixtures: tools/make_quant_fixtures.py -> tests/data/model/quants/).
+// package (fixtures: tools/make_quant_fixtures.py -> tests/data/model/quants/) and, for the
+// K-quant quantisers, which gguf.quants lacks, against llama.cpp's ggml_quantize_chunk
+// (tools/make_kquant_fixtures.py).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -105,12 +107,18 @@ TEST_CASE("every type dequantises bit for bit like gguf.quants", "[model][quants
   }
 }
 
-TEST_CASE("the writable types quantise bit for bit like gguf.quants", "[model][quants]") {
-  for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::bf16}) {
+TEST_CASE("the writable types quantise bit for bit like gguf.quants and llama.cpp",
+          "[model][quants]") {
+  for (DType t : {DType::q4_0, DType::q4_1, DType::q5_0, DType::q5_1, DType::q8_0, DType::bf16,
+                  DType::q2_k, DType::q3_k, DType::q4_k, DType::q5_k, DType::q6_k}) {
     const std::string name = lower(dtype_name(t));
     DYNAMIC_SECTION(name) {
       REQUIRE(quant::can_quantize(t));
-      const std::vector<float> x = read_floats(quant_data() / (name + ".input"));
+      // The K-quants share one input (normal, uniform, heavy-tailed, zero, constant, one-sided,
+      // sparse, outlier, tiny and huge blocks); llama.cpp quantised it.
+      const bool k_quant = dtype_block_elems(t) == 256;
+      const std::vector<float> x =
+          read_floats(quant_data() / (k_quant ? std::string("kquant.input") : name + ".input"));
       const std::vector<std::byte> expected = read_bytes(quant_data() / (name + ".quantized"));
       std::vector<std::byte> got(expected.size());
       quant::quantize(t, x, got);
