@@ -259,7 +259,8 @@ def main():
         models = [("tinyllama-target", Path(args.tinyllama)), ("llama-gqa4", llama_gqa4),
                   ("qwen2-tied", qwen2)]
         result = describe_models(models, hash_models={"tinyllama-target"})
-    (DATA / "quant_mix.json").write_text(json.dumps(result, indent=1) + "\n")
+    # One line per tensor list, compact: the file is a fixture, not documentation.
+    (DATA / "quant_mix.json").write_text(json.dumps(result, separators=(",", ":")) + "\n")
     print(f"wrote {DATA / 'quant_mix.json'}")
 
 

@@ -1,8 +1,7 @@
 // The model-file subcommands:
-//   specdec info FILE [--metadata]                     what a model file or folder holds
-//   specdec logits --model M --tokens 1,2,3 --out F    logits of one forward, raw float32 [n x
-//   vocab] specdec convert IN.gguf OUT.gguf --type q8_0|f16   rewrite the weight matrices as Q8_0
-//   or F16
+//   specdec info FILE [--metadata]                    what a model file or folder holds
+//   specdec logits --model M --tokens 1,2,3 --out F   logits of one forward, raw float32
+//   specdec convert IN.gguf OUT.gguf --type PRESET    requantise as llama-quantize does
 
 #include <cstdio>
 #include <cstring>
@@ -22,6 +21,7 @@
 #include "options.hpp"
 #include "specdec/model/gguf.hpp"
 #include "specdec/model/gguf_writer.hpp"
+#include "specdec/model/quant_mix.hpp"
 
 namespace specdec::cli {
 
@@ -113,6 +113,7 @@ struct ConvertOptions {
   std::string in;
   std::string out;
   std::string type;
+  bool pure = false;
 };
 
 void run_convert(const ConvertOptions& o) {
@@ -121,16 +122,19 @@ void run_convert(const ConvertOptions& o) {
     throw Error(fmt::format(
         "convert: the output {} is the input file (it is read while the output is written)",
         o.out));
-  const DType type = o.type == "q8_0" ? DType::q8_0 : DType::f16;
-  const ConvertReport report = convert_gguf(o.in, o.out, type);
+  const QuantPreset* preset = find_quant_preset(o.type);
+  if (preset == nullptr)  // the option's check already refused it; this keeps the code total
+    throw Error(fmt::format("--type {}: expected one of {}", o.type, quant_preset_names()));
+  const ConvertReport report = convert_gguf(o.in, o.out, *preset, o.pure);
   std::uint64_t before = 0;
   for (const auto& t : report.tensors) {
     fmt::print("  {:<32} [{}] {} -> {} ({} -> {} bytes)\n", t.name, fmt::join(t.shape, ", "),
                dtype_name(t.from), dtype_name(t.to), t.bytes_before, t.bytes_after);
     before += t.bytes_before;
   }
-  fmt::print("wrote {}: {} tensors, {} bytes of tensor data before, file {} bytes\n", o.out,
-             report.tensors.size(), before, report.file_bytes);
+  fmt::print("wrote {} ({}{}): {} tensors, {} bytes of tensor data before, file {} bytes\n",
+             o.out, preset->name, o.pure ? ", pure" : "", report.tensors.size(), before,
+             report.file_bytes);
 }
 
 }  // namespace
@@ -164,16 +168,29 @@ void add_logits(CLI::App& app) {
 
 void add_convert(CLI::App& app) {
   auto o = std::make_shared<ConvertOptions>();
-  CLI::App* cmd = app.add_subcommand("convert",
-                                     "rewrite a GGUF model with its weight matrices in Q8_0 or F16 "
-                                     "(norms stay F32, as llama.cpp does)");
-  cmd->add_option("in", o->in, "input .gguf (F32, F16 or BF16 tensors)")
+  CLI::App* cmd = app.add_subcommand(
+      "convert",
+      "rewrite a GGUF model in one of llama.cpp's file types, each tensor in the type "
+      "llama-quantize gives it (norms and biases stay as they are)");
+  cmd->add_option("in", o->in, "input .gguf (tensors of any type specdec reads)")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("out", o->out, "output .gguf")->required();
-  cmd->add_option("--type", o->type, "q8_0 or f16")
+  cmd->add_option("--type", o->type,
+                  fmt::format("llama-quantize's preset: {} (any case; Q3_K, Q4_K, Q5_K mean their "
+                              "_M mix)",
+                              quant_preset_names()))
       ->required()
-      ->transform(CLI::IsMember({"q8_0", "f16"}, CLI::ignore_case));
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return find_quant_preset(v) ? std::string{}
+                                        : fmt::format("{} is not one of {}", v,
+                                                      quant_preset_names());
+          },
+          "PRESET"));
+  cmd->add_flag("--pure", o->pure,
+                "every matrix in the preset's base type (llama-quantize --pure; rows that do not "
+                "hold whole blocks still fall back)");
   cmd->callback([o] { run_convert(*o); });
 }
 

@@ -1,4 +1,4 @@
-// GGUF v3 writer and the F32 -> F16 / Q8_0 model conversion: see specdec/model/gguf_writer.hpp.
+// GGUF v3 writer and the model conversion (specdec convert): see specdec/model/gguf_writer.hpp.
 #include "specdec/model/gguf_writer.hpp"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "checked.hpp"
+#include "specdec/model/quant_mix.hpp"
 #include "specdec/model/quants.hpp"
 
 namespace specdec {
@@ -201,13 +202,8 @@ void GgufWriter::write(const std::string& path) const {
 
 namespace {
 
-/// The tensor's values as floats (any type specdec computes with).
-std::vector<float> to_f32(const GgufFile& g, const GgufTensorInfo& t) {
-  if (!t.dtype) {
-    const char* type = ggml_type_name(t.ggml_type);
-    g.fail(fmt::format("tensor '{}' is {}: convert reads {}", t.name, type ? type : "?",
-                       supported_dtype_names()));
-  }
+/// The tensor's values as floats (any type specdec computes with; checked by the caller).
+std::vector<float> to_f32(const GgufFile&, const GgufTensorInfo& t) {
   const std::size_t n = static_cast<std::size_t>(t.nbytes / dtype_block_bytes(*t.dtype) *
                                                  dtype_block_elems(*t.dtype));
   std::vector<float> out(n);
@@ -221,28 +217,59 @@ Bytes encode(const std::vector<float>& values, DType type) {
   return out;
 }
 
+/// What the recipe needs to know about the model: llama.cpp reads it from the {arch}.* keys;
+/// a file without them (a test fixture) gets the layer count from its blk.N tensors.
+MixModel mix_model(const GgufFile& g, std::string& architecture) {
+  MixModel m;
+  architecture = g.get_string("general.architecture").value_or("");
+  m.architecture = architecture;
+  const auto key = [&](const char* k) { return g.get_uint(fmt::format("{}.{}", architecture, k)); };
+  int max_layer = -1;
+  for (const auto& t : g.tensors) max_layer = std::max(max_layer, tensor_layer(t.name));
+  m.layers = static_cast<std::uint32_t>(key("block_count").value_or(max_layer + 1));
+  m.heads = static_cast<std::uint32_t>(key("attention.head_count").value_or(1));
+  m.kv_heads = static_cast<std::uint32_t>(key("attention.head_count_kv").value_or(m.heads));
+  m.has_output = g.find_tensor("output.weight") != nullptr;
+  return m;
+}
+
 }  // namespace
 
-ConvertReport convert_gguf(const std::string& in, const std::string& out, DType type) {
-  if (type != DType::f16 && type != DType::q8_0)
-    throw Error(
-        fmt::format("convert: the target type must be F16 or Q8_0, not {}", dtype_name(type)));
+ConvertReport convert_gguf(const std::string& in, const std::string& out,
+                           const QuantPreset& preset, bool pure) {
   const GgufFile g = read_gguf(in);
+  std::string architecture;
+  const MixModel model = mix_model(g, architecture);
+
+  // Every type first, so that a tensor the recipe would give an unwritable type fails before
+  // any work is done.
+  std::vector<DType> types;
+  for (const GgufTensorInfo& t : g.tensors) {
+    if (!t.dtype) {
+      const char* type = ggml_type_name(t.ggml_type);
+      g.fail(fmt::format("tensor '{}' is {}: convert reads {}", t.name, type ? type : "?",
+                         supported_dtype_names()));
+    }
+    const MixTensor mt{t.name, t.shape.size(), t.shape.empty() ? 1 : t.shape.back(), *t.dtype};
+    const DType to = quant_mix_type(preset, model, mt, pure);
+    if (to != *t.dtype && !quant::can_quantize(to))
+      g.fail(fmt::format("tensor '{}': the {} recipe gives it type {}, which specdec cannot write",
+                         t.name, preset.name, dtype_name(to)));
+    types.push_back(to);
+  }
 
   GgufWriter writer(g.alignment);
   for (const auto& [key, value] : g.metadata) writer.set(key, value);
-  // llama.cpp's llama_ftype: MOSTLY_F16 = 1, MOSTLY_Q8_0 = 7.
-  writer.set("general.file_type", GgufWriter::u32(type == DType::q8_0 ? 7 : 1));
-  if (type == DType::q8_0) writer.set("general.quantization_version", GgufWriter::u32(2));
+  // As llama-quantize: the preset's llama_ftype, and ggml's current quantisation version (2).
+  writer.set("general.file_type", GgufWriter::u32(preset.file_type));
+  writer.set("general.quantization_version", GgufWriter::u32(2));
 
   ConvertReport report;
-  for (const GgufTensorInfo& t : g.tensors) {
-    const std::vector<float> values = to_f32(g, t);
-    // Matrices (embeddings, projections) take the new type; vectors (norms) stay F32, both
-    // because they are tiny and because their precision matters most (llama.cpp does the same).
-    const bool matrix = t.shape.size() >= 2 && t.shape.back() % dtype_block_elems(type) == 0;
-    const DType to = matrix ? type : DType::f32;
-    Bytes data = encode(values, to);
+  for (std::size_t i = 0; i < g.tensors.size(); ++i) {
+    const GgufTensorInfo& t = g.tensors[i];
+    const DType to = types[i];
+    // A tensor already in its type is copied as it is (requantising would lose precision).
+    Bytes data = to == *t.dtype ? Bytes(t.data, t.data + t.nbytes) : encode(to_f32(g, t), to);
     report.tensors.push_back({t.name, t.shape, *t.dtype, to, t.nbytes, data.size()});
     writer.add_tensor(t.name, to, t.shape, std::move(data));
   }

@@ -3,6 +3,7 @@ list(APPEND SOURCES
   model/config.cpp
   model/dtype.cpp    # the table of weight types
   model/quants.cpp   # dequantisers and quantisers of every weight type
+  model/quant_mix.cpp  # llama.cpp's presets: the type of each tensor under Q4_K_M, ...
   model/weights.cpp
   model/gguf.cpp
   model/gguf_model.cpp
@@ -10,7 +11,7 @@ list(APPEND SOURCES
   model/hf.cpp
   model/loader.cpp
   model/describe.cpp
-  model/gguf_writer.cpp)  # the GGUF writer and F16/Q8_0 conversion (specdec convert)
+  model/gguf_writer.cpp)  # the GGUF writer and the model conversion (specdec convert)
 list(APPEND PUBLIC_LIBS specdec_tokenizer)
 list(APPEND PRIVATE_LIBS fmt::fmt nlohmann_json::nlohmann_json)
 

@@ -1,13 +1,12 @@
 #pragma once
-// Writing GGUF v3 files, and converting a model's weights to a compact type (F16 or Q8_0).
+// Writing GGUF v3 files, and converting a model's weights to one of llama.cpp's file types.
 //
 // This is what makes the bundled demo models: `specdec convert IN.gguf OUT.gguf --type q8_0`
 // rewrites the trained F32 pair with every weight matrix in Q8_0 and the norms kept in F32, as
-// llama.cpp's llama-quantize does. The conversions reproduce ggml's reference code bit for bit:
-//   F16   IEEE binary16, round to nearest even (ggml's GGML_FP32_TO_FP16, numpy's astype);
-//   Q8_0  blocks of 32 weights stored as { f16 d; int8 qs[32]; } (34 bytes), d = max|x| / 127,
-//         qs = roundf(x / d) (halves away from zero), as ggml's quantize_row_q8_0_ref and the
-//         gguf Python package's quants.Q8_0 (tests/cli checks both against the latter).
+// llama.cpp's llama-quantize does. Any preset of specdec/model/quant_mix.hpp works the same way
+// (Q4_K_M, Q5_K_S, Q6_K, ...): the recipe picks each tensor's type as llama-quantize does, and
+// quant::quantize writes the blocks byte for byte as ggml's reference quantisers (tests/model
+// and tests/cli check both against llama.cpp and the gguf Python package).
 //
 // The layout written (the reader in gguf.hpp describes the same):
 //   "GGUF" | u32 3 | u64 tensor_count | u64 metadata_count | metadata | tensor infos
@@ -23,6 +22,7 @@
 
 #include "specdec/common.hpp"
 #include "specdec/model/gguf.hpp"
+#include "specdec/model/quant_mix.hpp"
 #include "specdec/model/weights.hpp"
 
 namespace specdec {
@@ -84,11 +84,14 @@ struct ConvertReport {
   std::uint64_t file_bytes = 0;  ///< size of the file written
 };
 
-/// Rewrites the GGUF file `in` as `out` with every weight matrix (2 or more dimensions whose
-/// rows hold whole blocks) in `type` (DType::f16 or DType::q8_0); vectors (norms, biases) are
-/// stored as F32, as llama.cpp does. Input tensors may be F32, F16 or BF16. All metadata is
-/// copied, except general.file_type (set to llama.cpp's value for the new type) and, for Q8_0,
-/// general.quantization_version (2, ggml's current). Throws specdec::Error naming the file.
-ConvertReport convert_gguf(const std::string& in, const std::string& out, DType type);
+/// Rewrites the GGUF file `in` as `out` with every tensor in the type llama-quantize's recipe
+/// gives it under `preset` (quant_mix_type; `pure`: llama-quantize --pure). Tensors the recipe
+/// leaves alone (norms, biases) and tensors already in their new type are copied unchanged;
+/// the others are dequantised (any type specdec reads) and quantised again. All metadata is
+/// copied, except general.file_type (the preset's llama_ftype) and general.quantization_version
+/// (2, ggml's current), as llama-quantize sets them. Throws specdec::Error naming the file and
+/// tensor (an input type specdec cannot read, a recipe type it cannot write).
+ConvertReport convert_gguf(const std::string& in, const std::string& out,
+                           const QuantPreset& preset, bool pure = false);
 
 }  // namespace specdec
