@@ -6,14 +6,15 @@
   binary16 rounding (ties to even), values that overflow binary16 (65520 and above -> inf) or
   become binary16 subnormals or zero, Q8_0 blocks whose scaled values land exactly on .5 (roundf
   rounds halves away from zero), an all-zero block (scale 0), a block whose largest magnitude is
-  negative, and random normal weights. A 1-D tensor (a "norm") and a matrix whose rows do not
-  hold whole 32-value blocks stay F32 under Q8_0. Plus metadata of several types, which convert
-  must copy.
+  negative, and random normal weights. A 1-D tensor (a "norm") stays F32; a matrix whose rows
+  do not hold whole 32-value blocks becomes F16 under Q8_0 (llama-quantize's fallback when not
+  even a 32-block fits). Plus metadata of several types, which convert must copy.
 * convert-q8_0.gguf, convert-f16.gguf: the expected outputs, written by GGUFWriter with the tensor
   data produced by the gguf package's reference conversions: gguf.quants.quantize(x, Q8_0) (its
   docstring: "bit-exact same results as reference implementation in ggml-quants.c") and numpy's
-  astype(np.float16) (IEEE round to nearest even). Which tensors are converted follows llama.cpp:
-  matrices whose rows hold whole blocks take the new type, vectors stay F32.
+  astype(np.float16) (IEEE round to nearest even). Which tensors are converted follows llama.cpp
+  (llama-quantize's recipe for the Q8_0 and F16 presets): matrices take the new type, vectors
+  stay F32, and both files carry general.file_type and general.quantization_version = 2.
 
 Run from the repository root: python3 tools/make_cli_fixtures.py
 """
@@ -78,8 +79,7 @@ def add_metadata(w: gguf.GGUFWriter, file_type: int | None) -> None:
     w.add_float64("test.f64", -1.5)
     if file_type is not None:
         w.add_file_type(file_type)
-        if file_type == 7:
-            w.add_quantization_version(2)
+        w.add_quantization_version(2)
 
 
 def write(path: str, tensors: dict, file_type: int | None) -> None:
@@ -105,9 +105,14 @@ def main() -> None:
     f16 = {}
     for name, t in x.items():
         matrix = t.ndim >= 2
-        q8[name] = (gguf.quants.quantize(t, Q.Q8_0), Q.Q8_0) if matrix and t.shape[-1] % 32 == 0 else t
         with np.errstate(over="ignore"):  # 65520 and above overflow to inf on purpose
             f16[name] = t.astype(np.float16) if matrix else t
+        if not matrix:
+            q8[name] = t
+        elif t.shape[-1] % 32 == 0:
+            q8[name] = (gguf.quants.quantize(t, Q.Q8_0), Q.Q8_0)
+        else:
+            q8[name] = f16[name]  # llama-quantize's fallback: no 32-block fits the row
     write(os.path.join(OUT, "convert-q8_0.gguf"), q8, 7)   # llama_ftype MOSTLY_Q8_0
     write(os.path.join(OUT, "convert-f16.gguf"), f16, 1)   # llama_ftype MOSTLY_F16
     for f in sorted(os.listdir(OUT)):

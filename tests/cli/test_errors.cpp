@@ -78,7 +78,7 @@ TEST_CASE("bad command lines give CLI11's message on one line and exit status 2"
        {"logits", "--model", t, "--tokens", "1,a", "--out", "/dev/null"},
        2,
        "--tokens"},
-      {"unknown convert type", {"convert", t, "/dev/null", "--type", "q4_k"}, 2, "q4_k"},
+      {"unknown convert type", {"convert", t, "/dev/null", "--type", "iq2_xs"}, 2, "iq2_xs"},
       {"info without a file", {"info"}, 2, "file"},
   };
   for (const auto& c : calls) check_one_line_error(c);
