@@ -14,5 +14,6 @@ void add_demo(CLI::App& app);      // demo.cpp
 void add_info(CLI::App& app);      // tools.cpp
 void add_logits(CLI::App& app);    // tools.cpp
 void add_convert(CLI::App& app);   // tools.cpp
+void add_tokenize(CLI::App& app);  // tools.cpp
 
 }  // namespace specdec::cli

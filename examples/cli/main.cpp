@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   specdec::cli::add_info(app);
   specdec::cli::add_logits(app);
   specdec::cli::add_convert(app);
+  specdec::cli::add_tokenize(app);
 
   specdec::cli::set_command_line(argc, argv);
   try {

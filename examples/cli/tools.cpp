@@ -2,6 +2,7 @@
 //   specdec info FILE [--metadata]                    what a model file or folder holds
 //   specdec logits --model M --tokens 1,2,3 --out F   logits of one forward, raw float32
 //   specdec convert IN.gguf OUT.gguf --type PRESET    requantise as llama-quantize does
+//   specdec tokenize --model M --text T               the ids of a text, as JSON
 
 #include <cstdio>
 #include <cstring>
@@ -107,6 +108,22 @@ void run_logits(const LogitsOptions& o) {
              bytes, o.out);
 }
 
+// ------------------------------------------------------------------------ tokenize
+
+struct TokenizeOptions {
+  std::string model;
+  std::string text;
+  bool no_special = false;
+};
+
+void run_tokenize(const TokenizeOptions& o) {
+  // Only the file's tokenizer is needed: no backend, so any weight type loads.
+  const LoadedModel model = specdec::load_model(o.model);
+  if (!model.tokenizer) throw Error(fmt::format("{}: the model carries no tokenizer", o.model));
+  const std::vector<token_t> ids = model.tokenizer->encode(o.text, !o.no_special);
+  fmt::print("{{\"ids\": [{}]}}\n", fmt::join(ids, ", "));
+}
+
 // ------------------------------------------------------------------------ convert
 
 struct ConvertOptions {
@@ -164,6 +181,18 @@ void add_logits(CLI::App& app) {
   cmd->add_option("--out", o->out, "output file")->required();
   add_threads_flag(*cmd, o->threads);
   cmd->callback([o] { run_logits(*o); });
+}
+
+void add_tokenize(CLI::App& app) {
+  auto o = std::make_shared<TokenizeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "tokenize", "the token ids of a text as the model's tokenizer encodes it, as JSON {\"ids\": [...]}");
+  cmd->add_option("--model", o->model, "a .gguf file or a Hugging Face folder")
+      ->required()
+      ->check(CLI::ExistingPath);
+  cmd->add_option("--text", o->text, "the text")->required();
+  cmd->add_flag("--no-special", o->no_special, "no BOS/EOS even where the tokenizer adds them");
+  cmd->callback([o] { run_tokenize(*o); });
 }
 
 void add_convert(CLI::App& app) {
