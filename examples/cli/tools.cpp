@@ -149,8 +149,8 @@ void run_convert(const ConvertOptions& o) {
                dtype_name(t.from), dtype_name(t.to), t.bytes_before, t.bytes_after);
     before += t.bytes_before;
   }
-  fmt::print("wrote {} ({}{}): {} tensors, {} bytes of tensor data before, file {} bytes\n",
-             o.out, preset->name, o.pure ? ", pure" : "", report.tensors.size(), before,
+  fmt::print("wrote {} ({}{}): {} tensors, {} bytes of tensor data before, file {} bytes\n", o.out,
+             preset->name, o.pure ? ", pure" : "", report.tensors.size(), before,
              report.file_bytes);
 }
 
@@ -186,7 +186,8 @@ void add_logits(CLI::App& app) {
 void add_tokenize(CLI::App& app) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "tokenize", "the token ids of a text as the model's tokenizer encodes it, as JSON {\"ids\": [...]}");
+      "tokenize",
+      "the token ids of a text as the model's tokenizer encodes it, as JSON {\"ids\": [...]}");
   cmd->add_option("--model", o->model, "a .gguf file or a Hugging Face folder")
       ->required()
       ->check(CLI::ExistingPath);
@@ -212,9 +213,9 @@ void add_convert(CLI::App& app) {
       ->required()
       ->check(CLI::Validator(
           [](const std::string& v) {
-            return find_quant_preset(v) ? std::string{}
-                                        : fmt::format("{} is not one of {}", v,
-                                                      quant_preset_names());
+            return find_quant_preset(v)
+                       ? std::string{}
+                       : fmt::format("{} is not one of {}", v, quant_preset_names());
           },
           "PRESET"));
   cmd->add_flag("--pure", o->pure,

@@ -235,8 +235,8 @@ MixModel mix_model(const GgufFile& g, std::string& architecture) {
 
 }  // namespace
 
-ConvertReport convert_gguf(const std::string& in, const std::string& out,
-                           const QuantPreset& preset, bool pure) {
+ConvertReport convert_gguf(const std::string& in, const std::string& out, const QuantPreset& preset,
+                           bool pure) {
   const GgufFile g = read_gguf(in);
   std::string architecture;
   const MixModel model = mix_model(g, architecture);

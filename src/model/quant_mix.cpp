@@ -14,12 +14,12 @@ namespace {
 
 // llama.h's llama_ftype values; the order is llama-quantize's --help order.
 constexpr QuantPreset kPresets[] = {
-    {"Q4_0", 2, DType::q4_0},     {"Q4_1", 3, DType::q4_1},     {"Q5_0", 8, DType::q5_0},
-    {"Q5_1", 9, DType::q5_1},     {"Q2_K", 10, DType::q2_k},    {"Q3_K_S", 11, DType::q3_k},
-    {"Q3_K_M", 12, DType::q3_k},  {"Q3_K_L", 13, DType::q3_k},  {"Q4_K_S", 14, DType::q4_k},
-    {"Q4_K_M", 15, DType::q4_k},  {"Q5_K_S", 16, DType::q5_k},  {"Q5_K_M", 17, DType::q5_k},
-    {"Q6_K", 18, DType::q6_k},    {"Q8_0", 7, DType::q8_0},     {"F16", 1, DType::f16},
-    {"BF16", 32, DType::bf16},    {"F32", 0, DType::f32},
+    {"Q4_0", 2, DType::q4_0},    {"Q4_1", 3, DType::q4_1},    {"Q5_0", 8, DType::q5_0},
+    {"Q5_1", 9, DType::q5_1},    {"Q2_K", 10, DType::q2_k},   {"Q3_K_S", 11, DType::q3_k},
+    {"Q3_K_M", 12, DType::q3_k}, {"Q3_K_L", 13, DType::q3_k}, {"Q4_K_S", 14, DType::q4_k},
+    {"Q4_K_M", 15, DType::q4_k}, {"Q5_K_S", 16, DType::q5_k}, {"Q5_K_M", 17, DType::q5_k},
+    {"Q6_K", 18, DType::q6_k},   {"Q8_0", 7, DType::q8_0},    {"F16", 1, DType::f16},
+    {"BF16", 32, DType::bf16},   {"F32", 0, DType::f32},
 };
 
 bool same_name(std::string_view a, std::string_view b) {
@@ -145,7 +145,8 @@ DType mix_rule(const QuantPreset& p, const MixModel& m, const MixTensor& t) {
 
 std::string make_preset_names() {
   std::string names;
-  for (const QuantPreset& p : kPresets) names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
+  for (const QuantPreset& p : kPresets)
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
   return names;
 }
 
@@ -155,8 +156,8 @@ std::span<const QuantPreset> quant_presets() noexcept { return kPresets; }
 
 const QuantPreset* find_quant_preset(std::string_view name) noexcept {
   // llama-quantize's aliases: the bare K-quant names mean their _M mix.
-  for (const auto& [alias, target] : {std::pair{"Q3_K", "Q3_K_M"}, std::pair{"Q4_K", "Q4_K_M"},
-                                      std::pair{"Q5_K", "Q5_K_M"}})
+  for (const auto& [alias, target] :
+       {std::pair{"Q3_K", "Q3_K_M"}, std::pair{"Q4_K", "Q4_K_M"}, std::pair{"Q5_K", "Q5_K_M"}})
     if (same_name(name, alias)) name = target;
   for (const QuantPreset& p : kPresets)
     if (same_name(name, p.name)) return &p;

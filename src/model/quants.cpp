@@ -399,7 +399,8 @@ float make_qx_quants(int n, int nmax, const float* x, std::int8_t* L) {
   };
   const auto assign = [&](float iscale) {
     for (int i = 0; i < n; ++i)
-      L[i] = static_cast<std::int8_t>(nmax + std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1));
+      L[i] =
+          static_cast<std::int8_t>(nmax + std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1));
   };
   float iscale = static_cast<float>(-nmax) / max;
   float sumlx = 0.0f, suml2 = 0.0f;
@@ -557,8 +558,8 @@ void quantize_q2_k(const float* x, std::byte* out, std::size_t blocks) {
     for (int j = 0; j < 16; ++j) {
       // Weighted by |x|, error measured as absolute deviation, 16 steps from -0.5.
       for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
-      scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 0.1f,
-                                   15, true);
+      scales[j] =
+          make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, true);
       max_scale = std::max(max_scale, scales[j]);
       max_min = std::max(max_min, mins[j]);
     }
@@ -607,8 +608,9 @@ void quantize_q3_k(const float* x, std::byte* out, std::size_t blocks) {
       // 6-bit signed sub-block scales: the largest maps to -32.
       const float iscale = -32.0f / max_scale;
       for (int j = 0; j < 16; ++j) {
-        const int l = std::clamp<int>(static_cast<std::int8_t>(nearest_int(iscale * scales[j])),
-                                      -32, 31) + 32;
+        const int l =
+            std::clamp<int>(static_cast<std::int8_t>(nearest_int(iscale * scales[j])), -32, 31) +
+            32;
         if (j < 8)
           block.scales[j] = static_cast<std::uint8_t>(l & 0xF);
         else
@@ -657,8 +659,8 @@ void quantize_k_affine(const float* x, std::byte* out, std::size_t blocks) {
       for (int l = 0; l < 32; ++l) sum_x2 += xj[l] * xj[l];
       const float av_x = std::sqrt(sum_x2 / 32.0f);
       for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xj[l]);
-      scales[j] = make_qkx2_quants(32, nmax, xj, weights, L + 32 * j, &mins[j], rmin, 0.1f, nstep,
-                                   false);
+      scales[j] =
+          make_qkx2_quants(32, nmax, xj, weights, L + 32 * j, &mins[j], rmin, 0.1f, nstep, false);
       max_scale = std::max(max_scale, scales[j]);
       max_min = std::max(max_min, mins[j]);
     }
@@ -667,8 +669,8 @@ void quantize_k_affine(const float* x, std::byte* out, std::size_t blocks) {
     const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
     for (int j = 0; j < 8; ++j) {
       // ggml stores the rounded value in a uint8_t before clamping: keep that wrap-around.
-      const auto ls = std::min<std::uint8_t>(
-          63, static_cast<std::uint8_t>(nearest_int(inv_scale * scales[j])));
+      const auto ls =
+          std::min<std::uint8_t>(63, static_cast<std::uint8_t>(nearest_int(inv_scale * scales[j])));
       const auto lm =
           std::min<std::uint8_t>(63, static_cast<std::uint8_t>(nearest_int(inv_min * mins[j])));
       if (j < 4) {
@@ -689,8 +691,8 @@ void quantize_k_affine(const float* x, std::byte* out, std::size_t blocks) {
       if (d == 0.0f) continue;
       const float dm = half(block.dmin) * static_cast<float>(m);
       for (int i = 0; i < 32; ++i)
-        L[32 * j + i] = static_cast<std::uint8_t>(
-            std::clamp(nearest_int((x[32 * j + i] + dm) / d), 0, nmax));
+        L[32 * j + i] =
+            static_cast<std::uint8_t>(std::clamp(nearest_int((x[32 * j + i] + dm) / d), 0, nmax));
     }
     // Sub-blocks in pairs: the first's low four bits in the low nibbles of 32 bytes of qs, the
     // second's in the high nibbles; Q5_K's fifth bit of sub-block s at bit s of qh[l].

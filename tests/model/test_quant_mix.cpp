@@ -35,8 +35,7 @@ nlohmann::json fixture() {
 /// FNV-1a 64 (the fixture script hashes with the same).
 std::string fnv1a64(const std::byte* p, std::size_t n) {
   std::uint64_t h = 0xcbf29ce484222325ull;
-  for (std::size_t i = 0; i < n; ++i)
-    h = (h ^ static_cast<std::uint8_t>(p[i])) * 0x100000001b3ull;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<std::uint8_t>(p[i])) * 0x100000001b3ull;
   return fmt::format("{:016x}", h);
 }
 

@@ -18,4 +18,12 @@ inline std::filesystem::path tinyllama_pair() {
 
 inline std::filesystem::path test_data() { return SPECDEC_TEST_DATA; }
 
+/// The folder of the real models (the Qwen2.5-Coder pair): $SPECDEC_MODELS, default
+/// ~/.cache/specdec-models (/work/shared/models/qwen2.5-coder/fetch.sh puts them there).
+inline std::filesystem::path real_models() {
+  if (const char* env = std::getenv("SPECDEC_MODELS"); env != nullptr && *env != '\0') return env;
+  const char* home = std::getenv("HOME");
+  return std::filesystem::path(home != nullptr ? home : "") / ".cache" / "specdec-models";
+}
+
 }  // namespace specdec::test

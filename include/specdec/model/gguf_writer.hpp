@@ -91,7 +91,7 @@ struct ConvertReport {
 /// copied, except general.file_type (the preset's llama_ftype) and general.quantization_version
 /// (2, ggml's current), as llama-quantize sets them. Throws specdec::Error naming the file and
 /// tensor (an input type specdec cannot read, a recipe type it cannot write).
-ConvertReport convert_gguf(const std::string& in, const std::string& out,
-                           const QuantPreset& preset, bool pure = false);
+ConvertReport convert_gguf(const std::string& in, const std::string& out, const QuantPreset& preset,
+                           bool pure = false);
 
 }  // namespace specdec

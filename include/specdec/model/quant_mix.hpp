@@ -28,9 +28,9 @@ namespace specdec {
 
 /// One of llama.cpp's file types.
 struct QuantPreset {
-  const char* name;        ///< llama-quantize's name: "Q4_K_M"
-  std::uint32_t file_type; ///< llama_ftype, stored as general.file_type
-  DType base;              ///< the type of the matrices the recipe does not single out
+  const char* name;         ///< llama-quantize's name: "Q4_K_M"
+  std::uint32_t file_type;  ///< llama_ftype, stored as general.file_type
+  DType base;               ///< the type of the matrices the recipe does not single out
 };
 
 /// Every preset specdec can write: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S,
@@ -53,10 +53,10 @@ struct MixModel {
 
 /// What the recipe reads about one tensor.
 struct MixTensor {
-  std::string_view name;       ///< GGUF name: "blk.3.attn_v.weight"
-  std::size_t dims = 0;        ///< number of dimensions
-  std::uint64_t row_length = 0;///< the innermost dimension (GGUF ne[0])
-  DType current = DType::f32;  ///< its type in the input file
+  std::string_view name;         ///< GGUF name: "blk.3.attn_v.weight"
+  std::size_t dims = 0;          ///< number of dimensions
+  std::uint64_t row_length = 0;  ///< the innermost dimension (GGUF ne[0])
+  DType current = DType::f32;    ///< its type in the input file
   /// Position of the tensor among the tensors of its kind (attn_v, ffn_down): llama.cpp counts
   /// them as it visits the tensors, in layer order since 2024, so this is the layer number
   /// (tensor_layer(name)). Files made by older llama.cpp visited them in file order, often
