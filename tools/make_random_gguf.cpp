@@ -2,13 +2,16 @@
 // timing the CPU backend (weights do not change timings; shapes and dtypes do).
 //
 //   make_random_gguf --shape tinyllama-1.1b --type bf16 --out /work/scratch/models/target-bf16.gguf
+//   make_random_gguf --shape tinyllama-1.1b --type q4_k_m --out
+//   /work/scratch/models/target-q4_k_m.gguf
 //
 // Shapes: tinyllama-1.1b (dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab 32000) and
-// llama-68m (dim 768, 2 layers, 12 heads, FFN 3072, vocab 32000). Types: f32, f16, bf16, q8_0
-// (every matrix, the embedding and the output head in that type; norms in F32, as llama.cpp's
-// quantizer leaves them). The file is streamed tensor by tensor, so a 4.4 GB F32 model needs only
-// one row of memory. Weights are uniform with variance 1 / fan-in (unit-scale activations, no
-// denormals that could slow the arithmetic down).
+// llama-68m (dim 768, 2 layers, 12 heads, FFN 3072, vocab 32000). Types: any of llama.cpp's
+// presets (specdec/model/quant_mix.hpp: F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, ...):
+// each tensor takes the type llama-quantize would give it (the K-quant mixes put Q6_K on the
+// output head and on some attn_v / ffn_down, ...); norms stay F32. The file is streamed tensor by
+// tensor, so a 4.4 GB F32 model needs only one row of memory. Weights are uniform with variance 1 /
+// fan-in (unit-scale activations, no denormals that could slow the arithmetic down).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -22,6 +25,7 @@
 
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/model/gguf_writer.hpp"
+#include "specdec/model/quant_mix.hpp"
 #include "specdec/model/quants.hpp"
 #include "specdec/model/weights.hpp"
 
@@ -39,6 +43,15 @@ constexpr std::array shapes = {
     Shape{"tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, 2048, 1e-5},
     Shape{"llama-68m", 32000, 768, 2, 12, 12, 3072, 2048, 1e-6},
 };
+
+/// The type llama-quantize's recipe gives a tensor of this random llama under `preset`.
+DType recipe_type(const specdec::QuantPreset& preset, const Shape& s, const std::string& name,
+                  const std::vector<std::uint64_t>& shape) {
+  const specdec::MixModel model{"llama", static_cast<std::uint32_t>(s.layers),
+                                static_cast<std::uint32_t>(s.heads),
+                                static_cast<std::uint32_t>(s.kv_heads), true};
+  return specdec::quant_mix_type(preset, model, {name, shape.size(), shape.back(), DType::f32});
+}
 
 struct TensorPlan {
   std::string name;
@@ -104,26 +117,32 @@ class Output {
   std::uint64_t written_ = 0;
 };
 
-void write_model(const Shape& s, DType type, const std::string& path, std::uint64_t seed) {
+void write_model(const Shape& s, const specdec::QuantPreset& preset, const std::string& path,
+                 std::uint64_t seed) {
   const std::uint64_t head_dim = s.dim / s.heads, kv_dim = s.kv_heads * head_dim;
   auto uniform_scale = [](std::uint64_t fan_in) {
     return std::sqrt(3.0f / static_cast<float>(fan_in));
   };
   std::vector<TensorPlan> tensors;
-  tensors.push_back({"token_embd.weight", {s.vocab, s.dim}, type, 1.0f});
-  tensors.push_back({"output_norm.weight", {s.dim}, DType::f32, 0.0f});
-  tensors.push_back({"output.weight", {s.vocab, s.dim}, type, uniform_scale(s.dim)});
+  // Every tensor in the type the preset's recipe gives it (norms: F32).
+  const auto add = [&](std::string name, std::vector<std::uint64_t> shape, float scale) {
+    const DType type = recipe_type(preset, s, name, shape);
+    tensors.push_back({std::move(name), std::move(shape), type, scale});
+  };
+  add("token_embd.weight", {s.vocab, s.dim}, 1.0f);
+  add("output_norm.weight", {s.dim}, 0.0f);
+  add("output.weight", {s.vocab, s.dim}, uniform_scale(s.dim));
   for (std::uint64_t i = 0; i < s.layers; ++i) {
     const std::string p = fmt::format("blk.{}.", i);
-    tensors.push_back({p + "attn_norm.weight", {s.dim}, DType::f32, 0.0f});
-    tensors.push_back({p + "attn_q.weight", {s.dim, s.dim}, type, uniform_scale(s.dim)});
-    tensors.push_back({p + "attn_k.weight", {kv_dim, s.dim}, type, uniform_scale(s.dim)});
-    tensors.push_back({p + "attn_v.weight", {kv_dim, s.dim}, type, uniform_scale(s.dim)});
-    tensors.push_back({p + "attn_output.weight", {s.dim, s.dim}, type, uniform_scale(s.dim)});
-    tensors.push_back({p + "ffn_norm.weight", {s.dim}, DType::f32, 0.0f});
-    tensors.push_back({p + "ffn_gate.weight", {s.ffn, s.dim}, type, uniform_scale(s.dim)});
-    tensors.push_back({p + "ffn_up.weight", {s.ffn, s.dim}, type, uniform_scale(s.dim)});
-    tensors.push_back({p + "ffn_down.weight", {s.dim, s.ffn}, type, uniform_scale(s.ffn)});
+    add(p + "attn_norm.weight", {s.dim}, 0.0f);
+    add(p + "attn_q.weight", {s.dim, s.dim}, uniform_scale(s.dim));
+    add(p + "attn_k.weight", {kv_dim, s.dim}, uniform_scale(s.dim));
+    add(p + "attn_v.weight", {kv_dim, s.dim}, uniform_scale(s.dim));
+    add(p + "attn_output.weight", {s.dim, s.dim}, uniform_scale(s.dim));
+    add(p + "ffn_norm.weight", {s.dim}, 0.0f);
+    add(p + "ffn_gate.weight", {s.ffn, s.dim}, uniform_scale(s.dim));
+    add(p + "ffn_up.weight", {s.ffn, s.dim}, uniform_scale(s.dim));
+    add(p + "ffn_down.weight", {s.dim, s.ffn}, uniform_scale(s.ffn));
   }
   constexpr std::uint64_t alignment = 32;
   std::uint64_t offset = 0;
@@ -145,14 +164,10 @@ void write_model(const Shape& s, DType type, const std::string& path, std::uint6
     double f;
     std::string s;
   };
-  const std::uint32_t file_type = type == DType::f32    ? 0
-                                  : type == DType::f16  ? 1
-                                  : type == DType::q8_0 ? 7
-                                                        : 32;
+  const std::uint32_t file_type = preset.file_type;  // llama_ftype, as llama-quantize sets it
   const std::vector<Kv> kvs = {
       {"general.architecture", string, 0, 0, "llama"},
-      {"general.name", string, 0, 0,
-       fmt::format("random {} {}", s.name, specdec::dtype_name(type))},
+      {"general.name", string, 0, 0, fmt::format("random {} {}", s.name, preset.name)},
       {"general.file_type", u32, file_type, 0, ""},
       {"llama.vocab_size", u32, s.vocab, 0, ""},
       {"llama.context_length", u32, s.context, 0, ""},
@@ -203,7 +218,7 @@ void write_model(const Shape& s, DType type, const std::string& path, std::uint6
   }
   out.close();
   fmt::print("{}: {} tensors, {:.1f} MB ({} {})\n", path, tensors.size(),
-             static_cast<double>(out.written()) / 1e6, s.name, specdec::dtype_name(type));
+             static_cast<double>(out.written()) / 1e6, s.name, preset.name);
 }
 
 }  // namespace
@@ -213,7 +228,9 @@ int main(int argc, char** argv) {
   std::string shape_name = "tinyllama-1.1b", type_name = "bf16", path;
   std::uint64_t seed = 1;
   app.add_option("--shape", shape_name, "tinyllama-1.1b or llama-68m")->capture_default_str();
-  app.add_option("--type", type_name, "f32, f16, bf16 or q8_0")->capture_default_str();
+  app.add_option("--type", type_name,
+                 "a llama.cpp preset: f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m, q6_k, ...")
+      ->capture_default_str();
   app.add_option("--out", path, "the .gguf file to write")->required();
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -224,18 +241,11 @@ int main(int argc, char** argv) {
     if (shape == nullptr)
       throw specdec::Error(
           fmt::format("--shape {}: expected tinyllama-1.1b or llama-68m", shape_name));
-    DType type{};
-    if (type_name == "f32")
-      type = DType::f32;
-    else if (type_name == "f16")
-      type = DType::f16;
-    else if (type_name == "bf16")
-      type = DType::bf16;
-    else if (type_name == "q8_0")
-      type = DType::q8_0;
-    else
-      throw specdec::Error(fmt::format("--type {}: expected f32, f16, bf16 or q8_0", type_name));
-    write_model(*shape, type, path, seed);
+    const specdec::QuantPreset* preset = specdec::find_quant_preset(type_name);
+    if (preset == nullptr)
+      throw specdec::Error(
+          fmt::format("--type {}: expected one of {}", type_name, specdec::quant_preset_names()));
+    write_model(*shape, *preset, path, seed);
   } catch (const std::exception& e) {
     fmt::print(stderr, "make_random_gguf: {}\n", e.what());
     return 1;
