@@ -7,7 +7,8 @@
 // Bit-exactness: the dequantisers perform the same float operations in the same order as ggml's
 // dequantize_row_* and the gguf Python package's quants module (tests/model/test_quants.cpp
 // compares every type bit for bit with fixtures made by tools/make_quant_fixtures.py). The
-// quantisers of the 32-blocks reproduce ggml's quantize_row_*_ref and gguf.quants bit for bit.
+// quantisers reproduce ggml's quantize_row_*_ref byte for byte: the 32-blocks as gguf.quants does
+// too, the K-quants as llama.cpp's ggml_quantize_chunk (tools/make_kquant_fixtures.py).
 
 #include <cstddef>
 #include <cstdint>
@@ -55,8 +56,12 @@ bool can_quantize(DType t) noexcept;
 ///   Q4_0, Q5_0      d = (the value of largest magnitude) / -8 (-16), q = trunc(x / d + 8.5 (16.5))
 ///                   clamped to 15 (31)
 ///   Q4_1, Q5_1      d = (max - min) / 15 (31), m = min, q = trunc((x - min) / d + 0.5) clamped
-/// (ggml's quantize_row_*_ref; the scales are stored as binary16 but the quants are computed with
-/// the unrounded float scale, as there.)
+///   (the scales are stored as binary16 but the quants are computed with the unrounded float
+///   scale, as in ggml)
+///   Q2_K ... Q6_K   per sub-block least-squares fits (make_qkx2_quants, make_q3_quants,
+///                   make_qx_quants), sub-block scales quantised under a binary16 super-scale,
+///                   quants re-derived from the stored scales (quants.cpp explains each)
+/// All follow ggml's quantize_row_*_ref, i.e. llama-quantize without an importance matrix.
 void quantize(DType t, std::span<const float> x, std::span<std::byte> out);
 
 }  // namespace specdec::quant
