@@ -160,7 +160,7 @@ void GgufWriter::add_tensor(const std::string& name, DType dtype, std::vector<st
   tensors_.push_back({name, dtype, std::move(shape), std::move(data)});
 }
 
-std::vector<std::byte> GgufWriter::bytes() const {
+std::vector<std::byte> GgufWriter::header() const {
   Bytes out;
   put_raw(out, "GGUF", 4);
   put<std::uint32_t>(out, 3);
@@ -183,6 +183,11 @@ std::vector<std::byte> GgufWriter::bytes() const {
     offset = *detail::checked_align_up(offset + t.data.size(), alignment_);
   }
   pad_to(out, alignment_);
+  return out;
+}
+
+std::vector<std::byte> GgufWriter::bytes() const {
+  Bytes out = header();
   for (const auto& t : tensors_) {
     put_raw(out, t.data.data(), t.data.size());
     pad_to(out, alignment_);
@@ -191,10 +196,24 @@ std::vector<std::byte> GgufWriter::bytes() const {
 }
 
 void GgufWriter::write(const std::string& path) const {
-  const Bytes data = bytes();
+  // Header, then each tensor's bytes from where they are: no second copy of the whole file
+  // (a 1.5B model's tensors are gigabytes).
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   if (!file) throw Error(fmt::format("{}: cannot open for writing", path));
-  file.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  const auto put_bytes = [&](const std::byte* p, std::size_t n) {
+    file.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n));
+  };
+  const Bytes head = header();
+  put_bytes(head.data(), head.size());
+  std::uint64_t written = head.size();
+  const std::vector<std::byte> zeros(static_cast<std::size_t>(alignment_));
+  for (const auto& t : tensors_) {
+    put_bytes(t.data.data(), t.data.size());
+    written += t.data.size();
+    const std::uint64_t pad = *detail::checked_align_up(written, alignment_) - written;
+    put_bytes(zeros.data(), static_cast<std::size_t>(pad));
+    written += pad;
+  }
   if (!file.flush()) throw Error(fmt::format("{}: write failed", path));
 }
 

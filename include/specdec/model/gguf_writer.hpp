@@ -48,7 +48,8 @@ class GgufWriter {
 
   /// The whole file.
   [[nodiscard]] std::vector<std::byte> bytes() const;
-  /// Writes bytes() to `path`; throws specdec::Error naming the file on failure.
+  /// Writes bytes() to `path` (streamed tensor by tensor); throws specdec::Error naming the file
+  /// on failure.
   void write(const std::string& path) const;
 
   /// Convenience constructors of metadata values.
@@ -56,6 +57,8 @@ class GgufWriter {
   static GgufValue str(std::string v);
 
  private:
+  /// Everything before the first tensor's data: header, metadata, tensor infos, padding.
+  [[nodiscard]] std::vector<std::byte> header() const;
   struct PendingTensor {
     std::string name;
     DType dtype;
