@@ -17,13 +17,13 @@ the architectures' definitions:
 Matrix products run in float32 (BLAS); everything else (norms, rotary angles, attention scores,
 softmax, SwiGLU, the residual stream) in float64.
 
-    tools/reference_forward.py fixtures [--models DIR] [--out tests/data/real] [--llama-cpp]
+    tools/reference_forward.py [--specdec BIN] [--out tests/data/real] [--llama-cpp] FILE.gguf...
 
 writes, for each model file (the official Qwen2.5-Coder Q4_K_M pair in $SPECDEC_MODELS, default
-~/.cache/specdec-models, and their Q8_0 re-encodings by `specdec convert --type q8_0`, made
-with --specdec BIN into a scratch folder), tests/data/real/<file stem>.json with
-  prompt_tokens     the logits prompt, tokenised by specdec (`specdec tokenize`-equivalent: the
-                    ids come from `specdec generate --json`, passed with --tokens-from)
+~/.cache/specdec-models, and their Q8_0 re-encodings by `specdec convert --type q8_0`; the
+commands are in docs/model-files.md), tests/data/real/<file stem>.json with
+  prompt_tokens     the logits prompt of tests/data/real/qwen-prompts.json, tokenised by specdec
+                    (`specdec tokenize`, BIN default build/release/bin/specdec)
   positions         for a few positions: argmax, max logit, top-64 ids and logits, and the logits
                     of one fixed random set of 512 ids (`sample_ids`)
   greedy            for each code prompt of tests/data/real/qwen-prompts.jsonl: its ids, 32
