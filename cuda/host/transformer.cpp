@@ -45,13 +45,17 @@
 #include "kernels/skinny_gemm.hpp"
 #include "kernels/swiglu.hpp"
 #include "specdec/cpu/kernels.hpp"
-#include "specdec/cpu/transformer.hpp"
 
 namespace specdec::cuda {
 
 namespace {
 
 constexpr int kGraphMaxTokens = kernels::kSkinnyMaxTokens;
+
+/// Bytes as GiB with two decimals, for messages.
+std::string gib(std::size_t bytes) {
+  return fmt::format("{:.2f}", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+}
 
 WeightType weight_type(Options::Weights w) {
   return w == Options::Weights::f16 ? WeightType::f16 : WeightType::bf16;
@@ -422,11 +426,11 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
     SPECDEC_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     if (kv_bytes_total > free_bytes)
       throw Error(fmt::format(
-          "cuda::Transformer: a context of {} positions needs {} of device memory for the KV "
+          "cuda::Transformer: a context of {} positions needs {} GiB of device memory for the KV "
           "cache ({} layers x 2 x {} KV heads x {} positions x head dim {} x {} bytes) but device "
-          "{} has {} free: set a shorter context (Options::context_length)",
-          m.capacity, cpu::format_bytes(kv_bytes_total), c.n_layers, c.n_kv_heads, m.capacity,
-          c.head_dim, kv_bytes(m.kvtype), options.device, cpu::format_bytes(free_bytes)));
+          "{} has {} GiB free: set a shorter context (Options::context_length)",
+          m.capacity, gib(kv_bytes_total), c.n_layers, c.n_kv_heads, m.capacity, c.head_dim,
+          kv_bytes(m.kvtype), options.device, gib(free_bytes)));
   }
   m.k_cache = DeviceArray<std::uint8_t>(c.n_layers * m.kv_layer_bytes());
   m.v_cache = DeviceArray<std::uint8_t>(c.n_layers * m.kv_layer_bytes());

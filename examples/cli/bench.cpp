@@ -350,11 +350,13 @@ void add_bench(CLI::App& app) {
                   "where the demo models are (default: found automatically)");
   cmd->add_option("-k,--draft-max", o->ks, "draft lengths to run, e.g. 2,4,8")
       ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
       ->capture_default_str();
   cmd->add_flag("--adaptive", o->adaptive, "also run adaptive k");
   cmd->add_option("--temp", o->temperatures, "temperatures to run, e.g. 0,0.8")
       ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(kTemperature)
       ->capture_default_str();
   cmd->add_option("-n,--n-predict,--max-tokens", o->max_new_tokens, "tokens generated per prompt")

@@ -346,7 +346,8 @@ void add_generate(CLI::App& app) {
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
   cmd->add_option("-r,--reverse-prompt,--stop", o->stop,
-                  "stop when the text contains this string (repeatable)");
+                  "stop when the text contains this string (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--ignore-eos", o->ignore_eos,
                 "do not stop at the end-of-sequence token (it is emitted like any other)");
 

@@ -12,7 +12,9 @@
 // llama.cpp-only flags), 1 for everything else, and 130 after Ctrl-C (common.hpp).
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <system_error>
@@ -44,6 +46,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", SPECDEC_VERSION_STRING);
   app.require_subcommand(1);
   app.fallthrough();  // --help after a subcommand's options still works
+  // A flag given twice takes its last value, as in llama.cpp (a wrapper script's defaults can be
+  // overridden by appending); list options (--stop, bench's -k) collect every value instead.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   specdec::cli::add_demo(app);
   specdec::cli::add_generate(app);
   specdec::cli::add_bench(app);
@@ -58,7 +63,10 @@ int main(int argc, char** argv) {
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
     app.parse(args);                         // the chosen subcommand runs inside, from its callback
     // Output still buffered is written here: a full disk must not exit 0.
-    if (std::fflush(stdout) != 0 || std::ferror(stdout)) return fail(1, "cannot write to stdout");
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      return fail(1, std::string("cannot write to stdout: ") +
+                         (errno != 0 ? std::strerror(errno) : "write error"));
     return specdec::cli::interrupted() ? specdec::cli::kInterruptedExit : 0;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version

@@ -183,7 +183,8 @@ void add_logits(CLI::App& app) {
       ->check(CLI::ExistingPath);
   cmd->add_option("--tokens", o->tokens, "comma-separated token ids, e.g. 1,2,3 (no BOS is added)")
       ->required()
-      ->delimiter(',');
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("-o,--out", o->out, "output file")->required();
   add_model_flags(*cmd, o->models, false);
   cmd->callback([o] { run_logits(*o); });

@@ -58,7 +58,8 @@ constexpr const char* kPageHead = R"html(<!DOCTYPE html>
            margin-right: 6px; vertical-align: middle; overflow: hidden; }
   .bar { display: block; height: 100%; background: var(--acc); }
   .arrow { color: var(--dim); margin: 0 4px; }
-  .draft { display: inline-flex; flex-direction: column; align-items: center; vertical-align: top; }
+  .draft { display: inline-flex; flex-direction: column; align-items: center; vertical-align: top;
+           margin: 0 5px 2px 0; }
   .pq { font-size: 10px; line-height: 1.25; color: #57606a; font-variant-numeric: tabular-nums;
         white-space: nowrap; text-align: center; }
   td.times { font-size: 12px; color: #57606a; }
@@ -101,6 +102,8 @@ constexpr const char* kPageTail = R"html(</script>
   // Chips show whitespace visibly; the output text shows it as it is.
   const visible = (s) => s.replace(/ /g, "\u00b7").replace(/\n/g, "\u21b5").replace(/\t/g, "\u2192");
   const chip = (tok, cls) => el("span", "tok " + cls, visible(tok.text));
+  // A probability in a few characters: 0.834, 3.1e-4, 0.
+  const prob = (x) => x >= 0.001 || x === 0 ? x.toFixed(3).replace(/^0\.000$/, "0") : x.toExponential(1);
   const pill = (box, key, value) => {
     const p = el("span");
     p.append(el("b", null, key + ": "), document.createTextNode(String(value)));
@@ -141,8 +144,8 @@ constexpr const char* kPageTail = R"html(</script>
         const pq = el("span", "pq");
         pq.dataset.p = String(t.p);
         pq.dataset.q = String(t.q);
-        pq.append(document.createTextNode("p " + t.p.toFixed(3)), el("br"),
-                  document.createTextNode("q " + t.q.toFixed(3)));
+        pq.append(document.createTextNode("p " + prob(t.p)), el("br"),
+                  document.createTextNode("q " + prob(t.q)));
         box.title = "p(x) = " + t.p + ", q(x) = " + t.q + ": accepted with probability " +
                     (t.q > 0 ? Math.min(1, t.p / t.q).toFixed(4) : "1") +
                     (cls === "acc" ? " (accepted)" : cls === "rej" ? " (rejected)" : " (not reached)");
