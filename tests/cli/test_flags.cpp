@@ -123,7 +123,8 @@ TEST_CASE("every llama.cpp alias gives the same generation as specdec's own name
   CHECK(json_of(with_alias("--prompt", "-p", "-ngl"))["prompt_tokens"].size() > 1);
 }
 
-TEST_CASE("-c, -cd, -td and the KV cache type flags reach the models", "[cli]") {
+TEST_CASE("the context, draft context, draft threads and KV cache type flags reach the models",
+          "[cli]") {
   // The demo pair was trained for 256 positions: that is the default context (capped at 4096).
   const auto j = json_of(base_args());
   CHECK(j["context_length"] == 256);
@@ -171,7 +172,7 @@ TEST_CASE("a draft with a shorter context is reported at the start", "[cli]") {
   CHECK(quiet.err.find("warning") == std::string::npos);
 }
 
-TEST_CASE("-n -1 generates until EOS or the context is full", "[cli]") {
+TEST_CASE("n-predict -1 generates until EOS or the context is full", "[cli]") {
   for (const char* n : {"-n", "--n-predict"}) {
     const auto j = json_of(plus(with_alias("--max-tokens", n, "-1"), {"-c", "64"}));
     CHECK(j["max_new_tokens"] == -1);
@@ -187,7 +188,7 @@ TEST_CASE("-n -1 generates until EOS or the context is full", "[cli]") {
   CHECK(full["prompt_tokens"].size() + full["tokens"].size() == 64);
 }
 
-TEST_CASE("-s -1 draws a seed, prints it, and -s with it repeats the run", "[cli]") {
+TEST_CASE("seed -1 draws a seed, prints it, and that seed repeats the run", "[cli]") {
   for (const char* s : {"-s", "--seed"}) {
     const auto r = run_cli(plus(plus({"generate"}, with_alias("--seed", s, "-1")), {"--json"}));
     INFO(r.err);
@@ -199,7 +200,7 @@ TEST_CASE("-s -1 draws a seed, prints it, and -s with it repeats the run", "[cli
   }
 }
 
-TEST_CASE("--ignore-eos generates past the end-of-sequence token", "[cli]") {
+TEST_CASE("ignore-eos generates past the end-of-sequence token", "[cli]") {
   // The demo pair practically never samples EOS, so the test gives the target a common one:
   // " LORD" (id 401, which the prompt does not contain) made a control token and the EOS id.
   constexpr token_t kEos = 401;
@@ -233,7 +234,7 @@ TEST_CASE("--ignore-eos generates past the end-of-sequence token", "[cli]") {
   std::filesystem::remove(model);
 }
 
-TEST_CASE("--draft-min: shorter proposals are not verified; greedy output unchanged", "[cli]") {
+TEST_CASE("draft-min: shorter proposals are not verified and greedy output is unchanged", "[cli]") {
   // The n-gram drafter proposes whatever continuation its match has, often fewer than k tokens.
   const std::vector<std::string> args = {"-m", demo_target(), "--ngram", "3", "-p",     kPrompt,
                                          "-n", "80",          "-k",      "6", "--temp", "0"};
@@ -261,7 +262,7 @@ TEST_CASE("--draft-min: shorter proposals are not verified; greedy output unchan
   CHECK(adaptive["max_k"] == 5);
 }
 
-TEST_CASE("--color, -co and --no-display-prompt shape the streamed text", "[cli]") {
+TEST_CASE("color and display-prompt flags shape the streamed text", "[cli]") {
   const std::vector<std::string> args = {"generate", "-m",    demo_target(), "-md", demo_draft(),
                                          "-p",       kPrompt, "-n",          "24",  "--temp",
                                          "0"};

@@ -46,7 +46,7 @@ TEST_CASE("many short runs back to back, and after the workers fell asleep", "[c
   CHECK(total == 2000 * 3 + 4);
 }
 
-TEST_CASE("a slow task delays only its own run; other threads take the rest", "[cpu][pool]") {
+TEST_CASE("a slow task delays only its own run: other threads take the rest", "[cpu][pool]") {
   ThreadPool pool(2);
   std::atomic<int> done{0};
   pool.run(50, [&](std::size_t task, std::size_t) {
