@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include "options.hpp"
@@ -210,6 +211,10 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::vector<std::string> normalize_args(CLI::App& app, std::vector<std::string> args) {
+  std::vector<std::string> subcommands;
+  for (const CLI::App* s : app.get_subcommands([](CLI::App*) { return true; }))
+    subcommands.push_back(s->get_name());
+  const std::string listed = fmt::format("{}", fmt::join(subcommands, ", "));
   // Up to the subcommand only --help and --version may come (llama.cpp users tend to start with
   // the model: "specdec -m x.gguf ...").
   std::size_t i = 0;
@@ -217,21 +222,15 @@ std::vector<std::string> normalize_args(CLI::App& app, std::vector<std::string> 
     const std::string& a = args[i];
     if (a == "-h" || a == "--help" || a == "--version") continue;
     throw UsageError(fmt::format(
-        "{} before the subcommand: flags follow it, e.g. specdec generate {} ... (subcommands: "
-        "demo, generate, bench, info, logits, convert)",
-        a, a));
+        "{} before the subcommand: flags follow it, e.g. specdec generate {} ... (subcommands: {})",
+        a, a, listed));
   }
   if (i == args.size()) return args;  // no subcommand: CLI11 says it is required
   const auto found = app.get_subcommands([&](CLI::App* s) { return s->get_name() == args[i]; });
   if (found.empty()) {
-    std::vector<std::string> names;
-    for (const CLI::App* s : app.get_subcommands([](CLI::App*) { return true; }))
-      names.push_back(s->get_name());
-    const auto near = nearest(args[i], names);
-    throw UsageError(
-        fmt::format("unknown subcommand {}{} (subcommands: demo, generate, bench, "
-                    "info, logits, convert)",
-                    args[i], near ? "; did you mean " + *near + "?" : std::string()));
+    const auto near = nearest(args[i], subcommands);
+    throw UsageError(fmt::format("unknown subcommand {}{} (subcommands: {})", args[i],
+                                 near ? "; did you mean " + *near + "?" : std::string(), listed));
   }
   const CLI::App& cmd = *found.front();
 
