@@ -15,11 +15,14 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "usage: %s TARGET.gguf DRAFT.gguf PROMPT\n", argv[0]);
     return 2;
   }
-  // Weights stay in the memory-mapped files; each Transformer owns only its KV cache.
+  // Weights stay in the memory-mapped files; each Transformer owns only its KV cache, which it
+  // allocates whole: size it for the job, not for the model's context (often 32768 positions or
+  // more, gigabytes of cache).
   const specdec::LoadedModel target_file = specdec::load_model(argv[1]);
   const specdec::LoadedModel draft_file = specdec::load_model(argv[2]);
-  specdec::cpu::Transformer target(target_file);  // p
-  specdec::cpu::Transformer draft(draft_file);    // q
+  const specdec::cpu::Options options{.context_length = 1024};
+  specdec::cpu::Transformer target(target_file, options);  // p
+  specdec::cpu::Transformer draft(draft_file, options);    // q
   if (!target_file.tokenizer) throw specdec::Error(std::string(argv[1]) + ": no tokenizer");
   const specdec::Tokenizer& tokenizer = *target_file.tokenizer;
 

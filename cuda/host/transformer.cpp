@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -49,6 +50,11 @@ namespace specdec::cuda {
 namespace {
 
 constexpr int kGraphMaxTokens = kernels::kSkinnyMaxTokens;
+
+/// Bytes as GiB with two decimals, for messages.
+std::string gib(std::size_t bytes) {
+  return fmt::format("{:.2f}", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+}
 
 WeightType weight_type(Options::Weights w) {
   return w == Options::Weights::f16 ? WeightType::f16 : WeightType::bf16;
@@ -345,6 +351,11 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   m.capacity = options.context_length != 0 ? options.context_length : c.context_length;
   if (m.capacity == 0)
     throw Error("cuda::Transformer: context length is 0 (set Options::context_length)");
+  if (m.capacity > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw Error(fmt::format(
+        "cuda::Transformer: a context of {} positions is more than the kernels index (2^31 - 1): "
+        "set a shorter context (Options::context_length)",
+        m.capacity));
   m.step_tokens = options.max_step_tokens;
   if (options.norm_threads > 0) m.norm_threads = options.norm_threads;
   if (options.gemm_warps > 0) m.gemm_warps = options.gemm_warps;
@@ -401,7 +412,24 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
     }
   }
 
-  // ---- KV cache and step buffers
+  // ---- KV cache and step buffers. The cache is allocated whole: check it against the device's
+  // free memory first, so that a model claiming a long context gets the numbers and
+  // Options::context_length rather than a bare cudaErrorMemoryAllocation.
+  {
+    std::size_t kv_bytes_total = 0;
+    if (__builtin_mul_overflow(2 * c.n_layers, m.kv_layer_bytes(), &kv_bytes_total))
+      throw Error(fmt::format("cuda::Transformer: the KV cache of {} positions overflows 64 bits",
+                              m.capacity));
+    std::size_t free_bytes = 0, total_bytes = 0;
+    SPECDEC_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (kv_bytes_total > free_bytes)
+      throw Error(fmt::format(
+          "cuda::Transformer: a context of {} positions needs {} GiB of device memory for the KV "
+          "cache ({} layers x 2 x {} KV heads x {} positions x head dim {} x {} bytes) but device "
+          "{} has {} GiB free: set a shorter context (Options::context_length)",
+          m.capacity, gib(kv_bytes_total), c.n_layers, c.n_kv_heads, m.capacity, c.head_dim,
+          kv_bytes(m.kvtype), options.device, gib(free_bytes)));
+  }
   m.k_cache = DeviceArray<std::uint8_t>(c.n_layers * m.kv_layer_bytes());
   m.v_cache = DeviceArray<std::uint8_t>(c.n_layers * m.kv_layer_bytes());
   const std::size_t S = m.step_tokens;

@@ -1,7 +1,7 @@
 // specdec bench: target-only (baseline) and speculative decoding on the same prompts, in one
 // process, and a table of tokens/s, speedup, acceptance and tokens per round.
 //
-//   specdec bench [--target T] [--draft D] [--ngram N] [--prompts F.jsonl | --prompt-file F]
+//   specdec bench [-m T] [-md D] [--ngram N] [--prompts F.jsonl | --prompt-file F]
 //                 [-k 2,4,8] [--adaptive] [--temp 0,0.8] [-n 128] [--repeat 3] [--json]
 //
 // Method. Every repeat runs, for each temperature and each prompt, the baseline and then every
@@ -48,7 +48,7 @@ struct BenchOptions {
   std::size_t repeat = 3;
   std::size_t limit = 0;
   SamplingFlags sampling;
-  std::size_t threads = 0;
+  ModelFlags models;
   bool json = false;
 };
 
@@ -137,12 +137,18 @@ void run_bench(BenchOptions o) {
     std::erase_if(prompts, [&](const EvalPrompt& p) { return ++seen[p.domain] > o.limit; });
   }
 
-  Model target = load_model_for_cpu(*o.target, "target", o.threads);
+  Model target = open_model(*o.target, "target");
   std::optional<Model> draft;
-  if (o.draft) {
-    draft = load_model_for_cpu(*o.draft, "draft", o.threads);
-    check_same_vocabulary(target, *draft);
+  if (o.draft) draft = open_model(*o.draft, "draft");
+  {
+    std::vector<Model*> models = {&target};
+    if (draft) models.push_back(&*draft);
+    std::vector<cpu::Options> options;
+    for (const Model* m : models) options.push_back(model_options(*m, o.models));
+    start_models(models, options);
   }
+  if (draft) check_same_vocabulary(target, *draft);
+  const std::uint64_t seed = o.sampling.seed.resolve();
   std::vector<std::vector<token_t>> prompt_ids;
   for (std::size_t i = 0; i < prompts.size(); ++i)
     prompt_ids.push_back(encode_prompt(target, prompts[i].text,
@@ -191,7 +197,7 @@ void run_bench(BenchOptions o) {
         GenerationConfig config;
         config.max_new_tokens = o.max_new_tokens;
         config.sampling = o.sampling.params(o.temperatures[ti]);
-        config.seed = o.sampling.seed + pi;
+        config.seed = seed + pi;
         std::vector<token_t> baseline_tokens;
         for (std::size_t si = 0; si < setups.size(); ++si) {
           const GenerationResult r =
@@ -269,7 +275,7 @@ void run_bench(BenchOptions o) {
         {"prompts", prompt_source},
         {"max_new_tokens", o.max_new_tokens},
         {"repeat", o.repeat},
-        {"seed", o.sampling.seed},
+        {"seed", seed},
         {"threads", target.lm->threads()},
         {"greedy_runs_compared", greedy_runs},
         {"greedy_runs_identical", greedy_runs - greedy_mismatches},
@@ -324,9 +330,10 @@ void add_bench(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench",
                                      "baseline vs speculative decoding on the same prompts, one "
                                      "process: tokens/s, speedup, acceptance");
-  cmd->add_option("--target", o->target, "target model (default: the bundled demo pair)")
+  cmd->add_option("-m,--model,--target", o->target, "target model (default: the bundled demo pair)")
       ->check(CLI::ExistingPath);
-  cmd->add_option("--draft", o->draft, "draft model")->check(CLI::ExistingPath);
+  cmd->add_option("--model-draft,--draft,--spec-draft-model", o->draft, "draft model (-md)")
+      ->check(CLI::ExistingPath);
   cmd->add_option("--ngram", o->ngram, "also benchmark the n-gram (prompt lookup) drafter, n <= N")
       ->check(CLI::Range(std::size_t{1}, std::size_t{64}));
   auto* prompts =
@@ -341,16 +348,18 @@ void add_bench(CLI::App& app) {
   prompts->excludes(prompt_file);
   cmd->add_option("--models-dir", o->models_dir,
                   "where the demo models are (default: found automatically)");
-  cmd->add_option("-k", o->ks, "draft lengths to run, e.g. 2,4,8")
+  cmd->add_option("-k,--draft-max", o->ks, "draft lengths to run, e.g. 2,4,8")
       ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
       ->capture_default_str();
   cmd->add_flag("--adaptive", o->adaptive, "also run adaptive k");
   cmd->add_option("--temp", o->temperatures, "temperatures to run, e.g. 0,0.8")
       ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(kTemperature)
       ->capture_default_str();
-  cmd->add_option("-n,--max-tokens", o->max_new_tokens, "tokens generated per prompt")
+  cmd->add_option("-n,--n-predict,--max-tokens", o->max_new_tokens, "tokens generated per prompt")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
       ->capture_default_str();
   cmd->add_option("--repeat", o->repeat, "repeats (the table shows medians)")
@@ -360,7 +369,7 @@ void add_bench(CLI::App& app) {
       ->check(kCount)
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
-  add_threads_flag(*cmd, o->threads);
+  add_model_flags(*cmd, o->models, true);
   cmd->add_flag("--json", o->json,
                 "print the results as one JSON object (input of tools/plot_bench.py)");
   cmd->callback([o] { run_bench(*o); });

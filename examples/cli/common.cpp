@@ -1,16 +1,27 @@
 #include "common.hpp"
 
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <iostream>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "args.hpp"
 #include "demo_models.hpp"
+#include "recording.hpp"
 #include "specdec/decoder/autoregressive.hpp"
 #include "specdec/decoder/drafters.hpp"
 #include "specdec/decoder/speculative.hpp"
@@ -24,7 +35,24 @@ bool interactive() {
   return value;
 }
 
+namespace {
+ColourMode& colour_mode() {
+  static ColourMode mode = ColourMode::automatic;
+  return mode;
+}
+}  // namespace
+
+void set_colour_mode(ColourMode mode) { colour_mode() = mode; }
+
 bool use_colour() {
+  switch (colour_mode()) {
+    case ColourMode::on:
+      return true;
+    case ColourMode::off:
+      return false;
+    case ColourMode::automatic:
+      break;
+  }
   static const bool value = isatty(STDOUT_FILENO) != 0 && std::getenv("NO_COLOR") == nullptr;
   return value;
 }
@@ -44,6 +72,127 @@ void Progress::clear() {
   shown_ = false;
 }
 
+void warn(std::string_view message) {
+  std::fflush(stdout);  // keep the order of what a terminal shows
+  fmt::print(stderr, "specdec: warning: {}\n", message);
+}
+
+// ------------------------------------------------------------------------ output
+
+void write_stdout(std::string_view text) {
+  if (!text.empty() && std::fwrite(text.data(), 1, text.size(), stdout) != text.size())
+    throw Error(fmt::format("cannot write to stdout: {}", std::strerror(errno)));
+  flush_stdout();
+}
+
+void flush_stdout() {
+  if (std::fflush(stdout) != 0)
+    throw Error(fmt::format("cannot write to stdout: {}", std::strerror(errno)));
+}
+
+namespace {
+
+// The files OutputFile created and has not written yet, for the second Ctrl-C: it ends the
+// process with _exit, which runs no destructor, so its handler removes them itself (unlink is
+// async-signal-safe). Fixed-size slots: the handler must not touch std::string or the heap.
+struct CreatedFile {
+  std::atomic<bool> live{false};
+  char path[4096] = {};
+};
+CreatedFile g_created[4];
+
+CreatedFile* register_created(const std::string& path) {
+  if (path.size() >= sizeof(CreatedFile::path)) return nullptr;
+  for (CreatedFile& slot : g_created)
+    if (!slot.live.load()) {
+      std::memcpy(slot.path, path.c_str(), path.size() + 1);
+      slot.live.store(true);
+      return &slot;
+    }
+  return nullptr;
+}
+
+void remove_created_files_from_signal_handler() {
+  for (CreatedFile& slot : g_created)
+    if (slot.live.load()) ::unlink(slot.path);
+}
+
+}  // namespace
+
+OutputFile::OutputFile(std::string flag, std::string path)
+    : flag_(std::move(flag)), path_(std::move(path)) {
+  // Not truncated yet: a command that fails before its end leaves an existing file as it was.
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd_ < 0 && errno == ENOENT) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    created_ = fd_ >= 0;
+  }
+  if (fd_ < 0)
+    throw UsageError(
+        fmt::format("{} {}: cannot open for writing: {}", flag_, path_, std::strerror(errno)));
+  if (created_) slot_ = register_created(path_);
+}
+
+OutputFile::~OutputFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (created_ && !written_) ::unlink(path_.c_str());
+  if (slot_ != nullptr) static_cast<CreatedFile*>(slot_)->live.store(false);
+}
+
+void OutputFile::write(std::string_view bytes) {
+  const auto fail = [&](const char* what) {
+    throw Error(fmt::format("{} {}: {}: {}", flag_, path_, what, std::strerror(errno)));
+  };
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) fail("cannot stat");
+  if (S_ISREG(st.st_mode) && ::ftruncate(fd_, 0) != 0) fail("cannot truncate");
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("write failed");
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail("write failed");  // NFS and friends report errors here
+  written_ = true;
+  if (slot_ != nullptr) static_cast<CreatedFile*>(slot_)->live.store(false);
+  slot_ = nullptr;
+}
+
+// ------------------------------------------------------------------------ interrupts
+
+namespace {
+
+std::atomic<int> g_interrupts{0};
+static_assert(std::atomic<int>::is_always_lock_free, "used from a signal handler");
+struct sigaction g_previous_sigint {};
+
+extern "C" void on_sigint(int) {
+  // Only async-signal-safe calls here: an atomic, write(2) and _exit(2).
+  if (g_interrupts.fetch_add(1) > 0) {
+    remove_created_files_from_signal_handler();
+    _exit(kInterruptedExit);
+  }
+  constexpr char message[] =
+      "\nspecdec: interrupted: stopping after this round (Ctrl-C again to quit at once)\n";
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, message, sizeof message - 1);
+}
+
+}  // namespace
+
+InterruptHandler::InterruptHandler() {
+  struct sigaction action {};
+  action.sa_handler = on_sigint;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // reads and writes in progress carry on
+  sigaction(SIGINT, &action, &g_previous_sigint);
+}
+
+InterruptHandler::~InterruptHandler() { sigaction(SIGINT, &g_previous_sigint, nullptr); }
+
+bool interrupted() { return g_interrupts.load() > 0; }
+
 // ------------------------------------------------------------------------ models
 
 const Tokenizer& Model::tokenizer() const {
@@ -53,14 +202,88 @@ const Tokenizer& Model::tokenizer() const {
   return *file.tokenizer;
 }
 
-Model load_model_for_cpu(const std::string& path, std::string_view role, std::size_t threads) {
+Model open_model(const std::string& path, std::string_view role) {
   Progress progress;
   progress.update(fmt::format("loading {} {} ...", role, path));
   Model m;
   m.file = specdec::load_model(path);
-  cpu::Options options;
-  options.threads = threads;
-  m.lm = std::make_unique<cpu::Transformer>(m.file, options);
+  m.role = std::string(role);
+  return m;
+}
+
+cpu::Options model_options(const Model& model, const ModelFlags& flags) {
+  const bool draft = model.role == "draft";
+  cpu::Options o;
+  o.kv_type = flags.kv_type();
+  o.threads = draft && flags.threads_draft ? *flags.threads_draft : flags.threads;
+  const std::optional<std::size_t>& requested =
+      draft && flags.context_draft ? flags.context_draft : flags.context;
+  const char* flag = draft && flags.context_draft ? "-cd" : "-c";
+  const std::size_t trained = model.file.config.context_length;
+  if (!requested) {
+    o.context_length = std::min(trained, kDefaultContext);
+  } else if (*requested == 0) {
+    o.context_length = trained;
+  } else {
+    o.context_length = *requested;
+    if (*requested > trained)
+      warn(fmt::format(
+          "{} {} is more than the {} was trained for ({} positions): text past position {} may "
+          "degrade",
+          flag, *requested, model.role, trained, trained));
+  }
+  return o;
+}
+
+namespace {
+/// CPUs this process may run on (its affinity mask).
+std::size_t usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<std::size_t>(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+}  // namespace
+
+void start_models(std::span<Model* const> models, std::span<const cpu::Options> options) {
+  // The KV caches are allocated whole: check that all of them fit before allocating any.
+  std::size_t total = 0;
+  std::string parts;
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    const auto e = cpu::Transformer::estimate_memory(models[i]->file.config, options[i]);
+    total += e.total();
+    parts += fmt::format("{}{} {} positions, {}", parts.empty() ? "" : "; ", models[i]->role,
+                         e.context_length, cpu::format_bytes(e.total()));
+  }
+  if (const auto available = cpu::available_memory(); available && total > available->bytes) {
+    const bool f32 = !options.empty() && options[0].kv_type == cpu::KvType::f32;
+    throw Error(fmt::format(
+        "the KV cache{} need{} {} ({}) but {} allows {}: give a shorter context with -c N (the "
+        "default is the model's context, at most {}){}",
+        models.size() > 1 ? "s" : "", models.size() > 1 ? "" : "s", cpu::format_bytes(total), parts,
+        available->limit, cpu::format_bytes(available->bytes), kDefaultContext,
+        f32 ? ", or halve it with --cache-type-k f16 --cache-type-v f16" : ""));
+  }
+  const std::size_t cpus = usable_cpus();
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    const std::size_t threads = options[i].threads;
+    if (threads > cpus && (i == 0 || threads != options[i - 1].threads))
+      warn(fmt::format(
+          "{} threads for the {} but this process may use {} CPU{}: the extra threads only take "
+          "turns (slower, not faster)",
+          threads, models[i]->role, cpus, cpus == 1 ? "" : "s"));
+    Progress progress;
+    progress.update(
+        fmt::format("starting {} ({} positions) ...", models[i]->role, options[i].context_length));
+    models[i]->lm = std::make_unique<cpu::Transformer>(models[i]->file, options[i]);
+  }
+}
+
+Model load_model_for_cpu(const std::string& path, std::string_view role, const ModelFlags& flags) {
+  Model m = open_model(path, role);
+  Model* const models[] = {&m};
+  const cpu::Options options[] = {model_options(m, flags)};
+  start_models(models, options);
   return m;
 }
 
@@ -101,31 +324,68 @@ std::string DecodeSetup::label() const {
   return "?";
 }
 
-GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setup,
-                            std::span<const token_t> prompt, const GenerationConfig& config,
-                            const Callbacks& callbacks) {
-  const Tokenizer* tokenizer = target.file.tokenizer.get();
+namespace {
+
+/// Speculative decoding with `drafter` (wrapped in a DraftWindow for --draft-min and q(x)) and
+/// the target wrapped in a ProbabilityRecorder (p(x)); both record only with `probabilities`.
+template <class D>
+GenerationResult run_speculative(D& drafter, Model& target, const DecodeSetup& setup,
+                                 std::span<const token_t> prompt, const GenerationConfig& config,
+                                 const Callbacks& callbacks,
+                                 std::vector<RoundProbabilities>* probabilities,
+                                 const Tokenizer* draft_tokenizer) {
   SpeculativeOptions options;
   options.k = setup.k;
   options.adaptive = setup.adaptive;
+  if (setup.adaptive) {
+    options.adaptive_options.min_k = std::max<std::size_t>(1, setup.draft_min);
+    options.adaptive_options.max_k = std::max(setup.max_k, options.adaptive_options.min_k);
+  }
+  DraftWindow<D> window(drafter, setup.draft_min);
+  ProbabilityRecorder<cpu::Transformer> recorder(*target.lm);
+  Callbacks hooks = callbacks;
+  if (probabilities != nullptr) {
+    window.record(true);
+    recorder.record(&config.sampling);
+    hooks.on_round = [&](const RoundRecord& round) {
+      RoundProbabilities r;
+      const auto p = recorder.last_p();
+      const auto q = window.last_q();
+      const std::size_t k = round.drafted.size();
+      if (p.size() >= k) r.p.assign(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(k));
+      if (q.size() >= k) r.q.assign(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(k));
+      probabilities->push_back(std::move(r));
+      if (callbacks.on_round) callbacks.on_round(round);
+    };
+  }
+  SpeculativeDecoder<DraftWindow<D>, ProbabilityRecorder<cpu::Transformer>> decoder(
+      window, recorder, options, target.file.tokenizer.get(), draft_tokenizer);
+  return decoder.generate(prompt, config, hooks);
+}
+
+}  // namespace
+
+GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setup,
+                            std::span<const token_t> prompt, const GenerationConfig& config,
+                            const Callbacks& callbacks,
+                            std::vector<RoundProbabilities>* probabilities) {
   switch (setup.drafter) {
     case DecodeSetup::Drafter::none: {
-      AutoregressiveDecoder<cpu::Transformer> decoder(*target.lm, tokenizer);
+      AutoregressiveDecoder<cpu::Transformer> decoder(*target.lm, target.file.tokenizer.get());
       return decoder.generate(prompt, config, callbacks);
     }
     case DecodeSetup::Drafter::model: {
       if (draft == nullptr) throw Error("a draft model is needed (--draft)");
-      SpeculativeDecoder<cpu::Transformer, cpu::Transformer> decoder(
-          *draft->lm, *target.lm, options, tokenizer, draft->file.tokenizer.get());
-      return decoder.generate(prompt, config, callbacks);
+      ModelDrafter<cpu::Transformer> drafter(*draft->lm);
+      return run_speculative(drafter, target, setup, prompt, config, callbacks, probabilities,
+                             draft->file.tokenizer.get());
     }
     case DecodeSetup::Drafter::ngram: {
       NGramDrafter::Options ngram;
       ngram.max_ngram = setup.ngram;
       NGramDrafter drafter(ngram);
-      SpeculativeDecoder<NGramDrafter, cpu::Transformer> decoder(drafter, *target.lm, options,
-                                                                 tokenizer);
-      return decoder.generate(prompt, config, callbacks);
+      return run_speculative(drafter, target, setup, prompt, config, callbacks, probabilities,
+                             nullptr);
     }
   }
   throw Error("unknown drafter");
@@ -140,7 +400,7 @@ std::vector<token_t> encode_prompt(const Model& target, std::string_view text,
   if (ids.size() >= context)
     throw Error(fmt::format(
         "{}: the prompt is {} tokens long but the target's context holds {} (at most {} prompt "
-        "tokens leave room to generate)",
+        "tokens leave room to generate; -c sets the context)",
         source, ids.size(), context, context - 1));
   return ids;
 }
@@ -151,8 +411,7 @@ Callbacks StreamPrinter::callbacks() {
   Callbacks c;
   c.on_token = [this](const TokenEvent& e) {
     if (!speculative_) {
-      fmt::print("{}", e.text);
-      std::fflush(stdout);
+      write_stdout(e.text);
     } else if (e.token < 0) {
       tail_ += e.text;  // the final flush, after the last round
     } else {
@@ -164,25 +423,32 @@ Callbacks StreamPrinter::callbacks() {
 }
 
 void StreamPrinter::print_round(std::size_t accepted) {
+  std::string text;
   for (std::size_t i = 0; i < pending_.size(); ++i) {
     const bool drafted = i < accepted;
     if (colour_ && drafted && !pending_[i].empty())
-      fmt::print("\x1b[32m{}\x1b[0m", pending_[i]);
+      text += "\x1b[32m" + pending_[i] + "\x1b[0m";
     else
-      fmt::print("{}", pending_[i]);
+      text += pending_[i];
   }
   pending_.clear();
-  std::fflush(stdout);
+  write_stdout(text);
 }
 
 void StreamPrinter::finish() {
   print_round(0);
-  fmt::print("{}\n", tail_);
+  write_stdout(tail_ + "\n");
   tail_.clear();
-  std::fflush(stdout);
 }
 
 // ------------------------------------------------------------------------ prompts, output
+
+std::string read_stdin() {
+  std::ostringstream text;
+  text << std::cin.rdbuf();
+  if (std::cin.bad()) throw Error("stdin: read failed");
+  return text.str();
+}
 
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -270,10 +536,11 @@ std::string stats_line(const GenerationResult& result, bool speculative) {
 
 double as_typed(float value) { return std::stod(fmt::format("{}", value)); }
 
-void print_json(const nlohmann::json& j) {
-  fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
-  std::fflush(stdout);
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
+
+void print_json(const nlohmann::json& j) { write_stdout(json_text(j)); }
 
 namespace {
 std::string& command_line_storage() {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "options.hpp"
 #include "specdec/cpu/transformer.hpp"
 #include "specdec/decoder/generation.hpp"
 #include "specdec/decoder/telemetry.hpp"
@@ -23,10 +24,14 @@ namespace specdec::cli {
 
 // ------------------------------------------------------------------------ terminal
 
-/// True when stdout and stderr are both terminals: then progress lines (on stderr) and colours
-/// are shown. Piped or redirected output stays plain.
+/// True when stdout and stderr are both terminals: then progress lines (on stderr) are shown.
+/// Piped or redirected output stays plain.
 bool interactive();
-/// Colours in the streamed text: on a terminal unless NO_COLOR is set (https://no-color.org).
+
+/// --color: auto (on a terminal unless NO_COLOR is set, https://no-color.org), on, off.
+enum class ColourMode { automatic, on, off };
+void set_colour_mode(ColourMode mode);
+/// Colours in the streamed text.
 bool use_colour();
 
 /// One status line on stderr, rewritten in place ("\r"), shown only when interactive().
@@ -44,20 +49,83 @@ class Progress {
   bool shown_ = false;
 };
 
+/// "specdec: warning: ..." on stderr.
+void warn(std::string_view message);
+
+// ------------------------------------------------------------------------ output
+
+/// Writes to stdout and flushes; a failed write (a full disk, a closed pipe's EPIPE) throws
+/// specdec::Error naming stdout and the reason, so that the command exits nonzero.
+void write_stdout(std::string_view text);
+void flush_stdout();
+
+/// A file named on the command line that a command writes when it ends (--trace, --json-file,
+/// logits --out). It is opened, and created if need be, when the command starts: an unwritable
+/// path is refused (UsageError, exit status 2) before any model is loaded. write() then replaces
+/// its content; a failed write (a full disk) throws specdec::Error. A file the command created is
+/// removed again if the command fails before writing it (or is ended by a second Ctrl-C).
+class OutputFile {
+ public:
+  OutputFile(std::string flag, std::string path);
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  ~OutputFile();
+  void write(std::string_view bytes);
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  std::string flag_;
+  std::string path_;
+  int fd_ = -1;
+  bool created_ = false;
+  bool written_ = false;
+  void* slot_ = nullptr;  ///< where the second Ctrl-C finds the path to remove (common.cpp)
+};
+
+// ------------------------------------------------------------------------ interrupts
+
+/// Exit status after Ctrl-C: 128 + SIGINT, as a shell reports a process the signal ended.
+inline constexpr int kInterruptedExit = 130;
+
+/// While alive, the first SIGINT only sets interrupted() (generate polls it before each round
+/// through Callbacks::should_stop, then finishes normally: stop reason "cancelled"); a second
+/// SIGINT ends the process at once with kInterruptedExit.
+class InterruptHandler {
+ public:
+  InterruptHandler();
+  InterruptHandler(const InterruptHandler&) = delete;
+  InterruptHandler& operator=(const InterruptHandler&) = delete;
+  ~InterruptHandler();
+};
+bool interrupted();
+
 // ------------------------------------------------------------------------ models
 
-/// A model file loaded for the CPU backend: the file's config, weights and tokenizer, and a
-/// Transformer (with its own KV cache) over those weights.
+/// A model file opened for the CPU backend: the file's config, weights and tokenizer, and (once
+/// started) a Transformer with its own KV cache over those weights.
 struct Model {
   LoadedModel file;
+  std::string role;  ///< "target", "draft", "model": names it in messages
   std::unique_ptr<cpu::Transformer> lm;
 
   [[nodiscard]] const Tokenizer& tokenizer() const;  ///< throws when the file carries none
 };
 
-/// Loads `path` (a .gguf file or a Hugging Face folder); `role` ("target", "draft", "model")
-/// names it in progress and error messages. threads = 0: the backend's default.
-Model load_model_for_cpu(const std::string& path, std::string_view role, std::size_t threads);
+/// Memory-maps `path` (a .gguf file or a Hugging Face folder); no KV cache yet.
+Model open_model(const std::string& path, std::string_view role);
+
+/// The backend options of a model from the flags: threads (-t, or -td for the draft), KV cache
+/// type, and the context: -c N (or -cd for the draft), 0 = the model's, by default the model's
+/// capped at kDefaultContext. Warns when -c exceeds the context the model was trained for.
+cpu::Options model_options(const Model& model, const ModelFlags& flags);
+
+/// Gives each model its Transformer with its options. First checks that their KV caches fit in
+/// memory together (throws naming the sizes, the limit and -c), and warns when a thread count
+/// exceeds the CPUs this process may use.
+void start_models(std::span<Model* const> models, std::span<const cpu::Options> options);
+
+/// open_model + model_options + start_models for a command with one model.
+Model load_model_for_cpu(const std::string& path, std::string_view role, const ModelFlags& flags);
 
 /// Refuses a draft whose tokenizer differs from the target's (vocabulary size, or any piece):
 /// speculative decoding compares the two models' probabilities token id by token id.
@@ -69,17 +137,28 @@ void check_same_vocabulary(const Model& target, const Model& draft);
 struct DecodeSetup {
   enum class Drafter { none, model, ngram };  ///< none: target-only (the baseline)
   Drafter drafter = Drafter::none;
-  std::size_t k = 4;      ///< draft length (fixed)
-  bool adaptive = false;  ///< choose k per round from the running acceptance
-  std::size_t ngram = 3;  ///< n-gram drafter: longest suffix looked up
+  std::size_t k = 4;          ///< draft length (fixed), or the largest with adaptive
+  bool adaptive = false;      ///< choose k per round from the running acceptance
+  std::size_t max_k = 8;      ///< adaptive: the largest k (default: AdaptiveDraftLength's)
+  std::size_t ngram = 3;      ///< n-gram drafter: longest suffix looked up
+  std::size_t draft_min = 0;  ///< proposals shorter than this are not verified (--draft-min)
 
   [[nodiscard]] std::string label() const;  ///< "baseline", "draft model k=4", "n-gram adaptive k"
 };
 
-/// One generation with the setup's decoder: `draft` is used only by Drafter::model.
+/// p(x) and q(x) of one round's drafted tokens (recording.hpp).
+struct RoundProbabilities {
+  std::vector<float> p;
+  std::vector<float> q;
+};
+
+/// One generation with the setup's decoder: `draft` is used only by Drafter::model. With
+/// `probabilities`, p(x) and q(x) of every round's drafted tokens are appended to it, one entry
+/// per round (in the order of GenerationResult::rounds).
 GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setup,
                             std::span<const token_t> prompt, const GenerationConfig& config,
-                            const Callbacks& callbacks = {});
+                            const Callbacks& callbacks = {},
+                            std::vector<RoundProbabilities>* probabilities = nullptr);
 
 /// Tokenizes a prompt with the target's tokenizer (BOS as the model expects) and checks that it
 /// fits the target's context. `source` names the prompt in the error ("--prompt", a file).
@@ -106,6 +185,8 @@ class StreamPrinter {
 // ------------------------------------------------------------------------ prompts, output
 
 std::string read_text_file(const std::string& path);
+/// The whole of stdin (for -f -).
+std::string read_stdin();
 
 /// One line of an eval-prompts.jsonl file: {"domain": "code"|"prose", "text": ...}.
 struct EvalPrompt {
@@ -128,7 +209,9 @@ std::string stats_line(const GenerationResult& result, bool speculative);
 /// reads back as the same float.
 double as_typed(float value);
 
-/// Writes a JSON value to stdout (UTF-8 errors replaced rather than thrown).
+/// A JSON value as text, indented, with a final newline (UTF-8 errors replaced, not thrown).
+std::string json_text(const nlohmann::json& j);
+/// Writes json_text(j) to stdout.
 void print_json(const nlohmann::json& j);
 
 /// The command line as typed (main() records it), for the JSON outputs.

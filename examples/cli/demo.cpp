@@ -43,11 +43,17 @@ struct DemoOptions {
   std::size_t max_new_tokens = 128;
   std::optional<std::size_t> k;  ///< fixed draft length; default: adaptive k
   float temperature = 0.8f;
-  std::uint64_t seed = 0;
+  SeedFlag seed;
   std::size_t repeat = 3;
+  ModelFlags models = one_thread();
+
   // One thread: the demo models are so small (a target step is well under a millisecond) that
   // splitting a forward over threads costs more than it saves (docs/benchmarks.md).
-  std::size_t threads = 1;
+  static ModelFlags one_thread() {
+    ModelFlags f;
+    f.threads = 1;
+    return f;
+  }
 };
 
 double median(std::vector<double> v) {
@@ -58,9 +64,16 @@ double median(std::vector<double> v) {
 
 void run_demo(const DemoOptions& o) {
   const auto dir = find_models_dir(o.models_dir);
-  Model target = load_model_for_cpu((dir / kDemoTarget).string(), "target", o.threads);
-  Model draft = load_model_for_cpu((dir / kDemoDraft).string(), "draft", o.threads);
+  Model target = open_model((dir / kDemoTarget).string(), "target");
+  Model draft = open_model((dir / kDemoDraft).string(), "draft");
+  {
+    Model* const models[] = {&target, &draft};
+    const cpu::Options options[] = {model_options(target, o.models),
+                                    model_options(draft, o.models)};
+    start_models(models, options);
+  }
   check_same_vocabulary(target, draft);
+  const std::uint64_t seed = o.seed.resolve();
 
   DecodeSetup spec;
   spec.drafter = DecodeSetup::Drafter::model;
@@ -72,7 +85,7 @@ void run_demo(const DemoOptions& o) {
     GenerationConfig config;
     config.max_new_tokens = o.max_new_tokens;
     config.sampling.temperature = temperature;
-    config.seed = o.seed;
+    config.seed = seed;
     return config;
   };
 
@@ -83,7 +96,7 @@ void run_demo(const DemoOptions& o) {
              target.file.config.n_layers, target.file.config.dim, kDemoDraft,
              draft.file.config.n_layers, draft.file.config.dim, spec.label());
   fmt::print("  sampling at temperature {} (seed {}), {} new tokens per prompt{}\n", o.temperature,
-             o.seed, o.max_new_tokens,
+             seed, o.max_new_tokens,
              colour
                  ? "; \x1b[32mgreen\x1b[0m: drafted by the draft model and accepted by the target"
                  : "");
@@ -171,19 +184,20 @@ void add_demo(CLI::App& app) {
   cmd->add_option("--models-dir", o->models_dir,
                   "folder with target-q8_0.gguf and draft-q8_0.gguf (default: found "
                   "next to the executable or in the source tree)");
-  cmd->add_option("-n,--max-tokens", o->max_new_tokens, "tokens per prompt")
+  cmd->add_option("-n,--n-predict,--max-tokens", o->max_new_tokens, "tokens per prompt")
       ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
       ->capture_default_str();
-  cmd->add_option("-k", o->k, "fixed number of tokens drafted per round (default: adaptive k)")
+  cmd->add_option("-k,--draft-max", o->k,
+                  "fixed number of tokens drafted per round (default: adaptive k)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
   cmd->add_option("--temp", o->temperature, "temperature of the streamed text (the table adds 0)")
       ->check(kTemperature)
       ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  add_seed_flag(*cmd, o->seed);
   cmd->add_option("--repeat", o->repeat, "timed runs per prompt (medians)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{100}))
       ->capture_default_str();
-  add_threads_flag(*cmd, o->threads);
+  add_model_flags(*cmd, o->models, true);
   cmd->callback([o] { run_demo(*o); });
 }
 

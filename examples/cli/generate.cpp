@@ -1,9 +1,15 @@
 // specdec generate: one generation, streamed to stdout (or one JSON object with --json).
 //
-//   specdec generate --target T [--draft D | --ngram N] (--prompt TEXT | --prompt-file F)
-//                    [-n 128] [-k 4] [--adaptive] [--temp 0.8] [--top-k 0] [--top-p 1]
-//                    [--min-p 0] [--seed 0] [--threads N] [--baseline] [--json] [--trace out.html]
+//   specdec generate -m TARGET [-md DRAFT | --ngram N | --baseline] (-p TEXT | -f FILE)
+//                    [-n 128] [-k 4] [--draft-min 0] [--adaptive] [--temp 0.8] [--top-k 0]
+//                    [--top-p 1] [--min-p 0] [-s 0] [-t N] [-c N] [--json] [--trace out.html]
+//
+// The flags are llama.cpp's where it has the same setting (docs/cli.md lists every one and its
+// aliases). Ctrl-C stops the generation at the end of the current round and still prints the
+// statistics and writes the trace and JSON (stop reason "cancelled"); a second Ctrl-C quits.
 
+#include <cctype>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +18,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "args.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #include "options.hpp"
@@ -27,65 +34,193 @@ struct GenerateOptions {
   std::optional<std::size_t> ngram;
   std::optional<std::string> prompt;
   std::optional<std::string> prompt_file;
-  std::size_t max_new_tokens = 128;
+  bool escape = false;
+  std::int64_t n_predict = 128;
   std::size_t k = 4;
+  bool k_given = false;
+  std::size_t draft_min = 0;
   bool adaptive = false;
   float temperature = 0.8f;
   SamplingFlags sampling;
   std::vector<std::string> stop;
-  std::size_t threads = 0;
+  bool ignore_eos = false;
+  ModelFlags models;
   bool baseline = false;
   bool json = false;
+  std::optional<std::string> json_file;
   std::optional<std::string> trace;
+  bool display_prompt = true;
+  std::string colour = "auto";
 };
 
+/// llama.cpp's -e: \n, \r, \t, \', \", \\ and \xNN in the prompt become the characters.
+std::string process_escapes(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\' || i + 1 == s.size()) {
+      out += s[i];
+      continue;
+    }
+    const char c = s[++i];
+    switch (c) {
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case '\'':
+      case '"':
+      case '\\':
+        out += c;
+        break;
+      case 'x':
+        if (i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+            std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+          out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+          i += 2;
+          break;
+        }
+        [[fallthrough]];
+      default:  // not an escape: kept as typed
+        out += '\\';
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string read_prompt(const GenerateOptions& o) {
+  std::string text;
+  if (o.prompt) {
+    text = *o.prompt;
+  } else {
+    text = *o.prompt_file == "-" ? read_stdin() : read_text_file(*o.prompt_file);
+    // As llama.cpp: the newline that ends the file's last line is not part of the prompt.
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+  }
+  return o.escape ? process_escapes(text) : text;
+}
+
+nlohmann::json rounds_json(const GenerationResult& result,
+                           const std::vector<RoundProbabilities>& probabilities) {
+  nlohmann::json rounds = nlohmann::json::array();
+  for (std::size_t i = 0; i < result.rounds.size(); ++i) {
+    const RoundRecord& r = result.rounds[i];
+    nlohmann::json round = {{"position", r.position},
+                            {"draft_length", r.draft_length},
+                            {"drafted", r.drafted},
+                            {"accepted", r.accepted},
+                            {"rejected", r.rejected},
+                            {"next", r.next},
+                            {"bonus", r.bonus},
+                            {"emitted", r.emitted},
+                            {"draft_seconds", r.draft_seconds},
+                            {"verify_seconds", r.verify_seconds},
+                            {"sampling_seconds", r.sampling_seconds}};
+    if (i < probabilities.size()) {
+      round["p"] = probabilities[i].p;
+      round["q"] = probabilities[i].q;
+    }
+    rounds.push_back(std::move(round));
+  }
+  return rounds;
+}
+
 void run_generate(const GenerateOptions& o) {
+  // Everything about the command line is checked before any model is loaded.
   if (!o.prompt && !o.prompt_file)
-    throw Error("generate: give the prompt with --prompt TEXT or --prompt-file FILE");
+    throw UsageError("generate: give the prompt with -p TEXT or -f FILE (-f - reads stdin)");
   DecodeSetup setup;
   setup.k = o.k;
   setup.adaptive = o.adaptive;
-  if (o.baseline)
+  if (o.adaptive && o.k_given) setup.max_k = o.k;
+  setup.draft_min = o.draft_min;
+  if (o.draft_min > o.k && !o.adaptive)
+    throw UsageError(fmt::format(
+        "generate: --draft-min {} is more than --draft-max {}: no proposal would be verified",
+        o.draft_min, o.k));
+  if (o.baseline) {
     setup.drafter = DecodeSetup::Drafter::none;
-  else if (o.draft)
+  } else if (o.draft) {
     setup.drafter = DecodeSetup::Drafter::model;
-  else if (o.ngram) {
+  } else if (o.ngram) {
     setup.drafter = DecodeSetup::Drafter::ngram;
     setup.ngram = *o.ngram;
   } else {
-    throw Error(
-        "generate: give --draft MODEL or --ngram N for speculative decoding, or --baseline for "
-        "target-only "
-        "decoding");
+    throw UsageError(
+        "generate: give a draft model with -md DRAFT (or --ngram N) for speculative decoding, or "
+        "--baseline for target-only decoding");
   }
+  (void)o.models.kv_type();  // K and V types agree
+  set_colour_mode(o.colour == "on"    ? ColourMode::on
+                  : o.colour == "off" ? ColourMode::off
+                                      : ColourMode::automatic);
   const bool speculative = setup.drafter != DecodeSetup::Drafter::none;
+  std::optional<OutputFile> trace_file, json_file;
+  if (o.trace) trace_file.emplace("--trace", *o.trace);
+  if (o.json_file) json_file.emplace("--json-file", *o.json_file);
 
-  Model target = load_model_for_cpu(o.target, "target", o.threads);
+  const InterruptHandler interrupts;  // from here on, Ctrl-C ends the generation cleanly
+  const std::string text = read_prompt(o);
+
+  Model target = open_model(o.target, "target");
   std::optional<Model> draft;
-  if (setup.drafter == DecodeSetup::Drafter::model) {
-    draft = load_model_for_cpu(*o.draft, "draft", o.threads);
-    check_same_vocabulary(target, *draft);
+  if (setup.drafter == DecodeSetup::Drafter::model) draft = open_model(*o.draft, "draft");
+  {
+    std::vector<Model*> models = {&target};
+    if (draft) models.push_back(&*draft);
+    std::vector<cpu::Options> options;
+    for (const Model* m : models) options.push_back(model_options(*m, o.models));
+    start_models(models, options);
   }
-  const std::string text = o.prompt ? *o.prompt : read_text_file(*o.prompt_file);
+  if (draft) check_same_vocabulary(target, *draft);
   const std::vector<token_t> prompt = encode_prompt(
-      target, text, o.prompt ? std::string("--prompt") : "--prompt-file " + *o.prompt_file);
+      target, text,
+      o.prompt ? std::string("--prompt")
+               : "--file " + (*o.prompt_file == "-" ? std::string("(stdin)") : *o.prompt_file));
+
+  const std::size_t budget = token_budget(o.n_predict);
+  const std::size_t target_context = target.lm->context_length();
+  if (draft) {
+    // The draft drafts only while the sequence fits its own cache (ModelDrafter::max_draft);
+    // past that the target decodes alone. Say so now rather than let the speedup vanish quietly.
+    const std::size_t reach =
+        std::min(target_context, prompt.size() + std::min(budget, target_context));
+    const std::size_t draft_context = draft->lm->context_length();
+    if (draft_context < reach)
+      warn(fmt::format(
+          "the draft's context holds {} positions but this generation may reach {} (prompt {} + "
+          "-n {}{}): past position {} the target decodes alone, without drafts (give the draft "
+          "more with -cd)",
+          draft_context, reach, prompt.size(), o.n_predict,
+          o.n_predict < 0 ? ": until EOS or the context is full" : "", draft_context));
+  }
 
   GenerationConfig config;
-  config.max_new_tokens = o.max_new_tokens;
+  config.max_new_tokens = budget;
   config.sampling = o.sampling.params(o.temperature);
-  config.seed = o.sampling.seed;
+  config.seed = o.sampling.seed.resolve();
   config.stop_strings = o.stop;
-  config.record_rounds = o.trace.has_value() || o.json;
+  config.stop_at_eos = !o.ignore_eos;
+  config.record_rounds = o.trace || o.json || o.json_file;
 
-  GenerationResult result;
-  if (o.json) {
-    result = run_decode(target, draft ? &*draft : nullptr, setup, prompt, config);
-  } else {
-    StreamPrinter printer(speculative);
-    result =
-        run_decode(target, draft ? &*draft : nullptr, setup, prompt, config, printer.callbacks());
-    printer.finish();
+  Callbacks callbacks;
+  std::optional<StreamPrinter> printer;
+  if (!o.json) {
+    if (o.display_prompt) write_stdout(use_colour() ? "\x1b[2m" + text + "\x1b[0m" : text);
+    printer.emplace(speculative);
+    callbacks = printer->callbacks();
   }
+  callbacks.should_stop = [] { return interrupted(); };
+  std::vector<RoundProbabilities> probabilities;
+  GenerationResult result =
+      run_decode(target, draft ? &*draft : nullptr, setup, prompt, config, callbacks,
+                 config.record_rounds && speculative ? &probabilities : nullptr);
+  if (printer) printer->finish();
 
   // What was run, for the JSON output and the trace's header.
   nlohmann::json settings = {{"mode", speculative ? "speculative" : "baseline"},
@@ -93,50 +228,70 @@ void run_generate(const GenerateOptions& o) {
                              {"target", o.target}};
   if (setup.drafter == DecodeSetup::Drafter::model) settings["draft"] = *o.draft;
   if (setup.drafter == DecodeSetup::Drafter::ngram) settings["ngram"] = setup.ngram;
-  if (speculative) settings["k"] = o.adaptive ? nlohmann::json("adaptive") : nlohmann::json(o.k);
+  if (speculative) {
+    settings["k"] = o.adaptive ? nlohmann::json("adaptive") : nlohmann::json(o.k);
+    if (o.adaptive) settings["max_k"] = setup.max_k;
+    if (o.draft_min > 0) settings["draft_min"] = o.draft_min;
+  }
   settings["temperature"] = as_typed(o.temperature);
   settings["top_k"] = o.sampling.top_k;
   settings["top_p"] = as_typed(o.sampling.top_p);
   settings["min_p"] = as_typed(o.sampling.min_p);
-  settings["seed"] = o.sampling.seed;
-  settings["max_new_tokens"] = o.max_new_tokens;
+  settings["seed"] = config.seed;
+  settings["max_new_tokens"] = o.n_predict;
+  settings["context_length"] = target_context;
+  if (draft) settings["draft_context_length"] = draft->lm->context_length();
+  settings["kv_cache_type"] = o.models.cache_type_k;
+  if (o.ignore_eos) settings["ignore_eos"] = true;
 
-  if (o.trace) {
+  nlohmann::json out = settings;
+  out["prompt_tokens"] = prompt;
+  out["tokens"] = result.tokens;
+  out["text"] = result.text;
+  out["stop_reason"] = std::string(to_string(result.stop_reason));
+  out["stats"] = stats_json(result.stats);
+  if (speculative) out["rounds"] = rounds_json(result, probabilities);
+
+  if (!o.json) fmt::print(stderr, "[{}] {}\n", setup.label(), stats_line(result, speculative));
+  if (trace_file) {
     TraceInput input;
     input.title = "specdec generate: " + setup.label();
     input.settings = settings;
     input.prompt = prompt;
     input.tokenizer = target.file.tokenizer.get();
     input.result = &result;
-    write_trace(*o.trace, input);
+    input.probabilities = &probabilities;
+    trace_file->write(trace_html(input));
+    if (!o.json) fmt::print(stderr, "trace written to {}\n", trace_file->path());
   }
-
-  if (o.json) {
-    nlohmann::json out = settings;
-    out["prompt_tokens"] = prompt;
-    out["tokens"] = result.tokens;
-    out["text"] = result.text;
-    out["stop_reason"] = std::string(to_string(result.stop_reason));
-    out["stats"] = stats_json(result.stats);
-    if (speculative) {
-      nlohmann::json rounds = nlohmann::json::array();
-      for (const RoundRecord& r : result.rounds)
-        rounds.push_back({{"position", r.position},
-                          {"draft_length", r.draft_length},
-                          {"drafted", r.drafted},
-                          {"accepted", r.accepted},
-                          {"rejected", r.rejected},
-                          {"next", r.next},
-                          {"bonus", r.bonus},
-                          {"emitted", r.emitted}});
-      out["rounds"] = std::move(rounds);
-    }
-    print_json(out);
-  } else {
-    fmt::print(stderr, "[{}] {}\n", setup.label(), stats_line(result, speculative));
-    if (o.trace) fmt::print(stderr, "trace written to {}\n", *o.trace);
-  }
+  if (json_file) json_file->write(json_text(out));
+  if (o.json) print_json(out);
 }
+
+/// --draft MODEL: an existing path. A number where no such file exists is most likely llama.cpp's
+/// --draft N (tokens per round), which specdec calls --draft-max.
+const CLI::Validator kDraftPath(
+    [](std::string& s) -> std::string {
+      std::error_code ec;
+      if (std::filesystem::exists(s, ec)) return {};
+      if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos)
+        return "no such file: " + s +
+               " (llama.cpp's --draft N counts drafted tokens; specdec's --draft names the draft "
+               "model: use --draft-max " +
+               s + ")";
+      return "no such file or folder: " + s;
+    },
+    "MODEL", "draft model");
+
+/// -f FILE, or - for stdin.
+const CLI::Validator kPromptFile(
+    [](std::string& s) -> std::string {
+      if (s == "-") return {};
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(s, ec)) return {};
+      return "no such file: " + s;
+    },
+    "FILE|-", "prompt file");
 
 }  // namespace
 
@@ -144,40 +299,75 @@ void add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd =
       app.add_subcommand("generate", "generate a continuation of a prompt, streamed to stdout");
-  cmd->add_option("--target", o->target, "target model: a .gguf file or a Hugging Face folder")
+  cmd->add_option("-m,--model,--target", o->target,
+                  "target model (the output has its distribution): a .gguf file or a Hugging "
+                  "Face folder")
       ->required()
       ->check(CLI::ExistingPath);
-  auto* draft = cmd->add_option("--draft", o->draft, "draft model (same tokenizer as the target)")
-                    ->check(CLI::ExistingPath);
+  auto* draft = cmd->add_option("--model-draft,--draft,--spec-draft-model", o->draft,
+                                "draft model, same tokenizer as the target (-md)")
+                    ->check(kDraftPath);
   auto* ngram = cmd->add_option("--ngram", o->ngram,
                                 "draft with prompt lookup: the longest recent n-gram match, n <= N")
                     ->check(CLI::Range(std::size_t{1}, std::size_t{64}));
   draft->excludes(ngram);
-  auto* prompt =
-      cmd->add_option("--prompt", o->prompt, "the prompt text (BOS is added as the model expects)");
+  cmd->add_flag("--baseline", o->baseline, "target-only decoding (no draft), for comparison");
+
+  auto* prompt = cmd->add_option("-p,--prompt", o->prompt,
+                                 "the prompt text (BOS is added as the model expects)");
   auto* prompt_file =
-      cmd->add_option("--prompt-file", o->prompt_file, "read the prompt from a file")
-          ->check(CLI::ExistingFile);
+      cmd->add_option("-f,--file,--prompt-file", o->prompt_file,
+                      "read the prompt from a file (- : stdin); one final newline is dropped")
+          ->check(kPromptFile);
   prompt->excludes(prompt_file);
-  cmd->add_option("-n,--max-tokens", o->max_new_tokens, "tokens to generate at most")
-      ->check(kCount)
+  cmd->add_flag("-e,--escape,!--no-escape", o->escape,
+                "process escapes in the prompt: \\n \\r \\t \\' \\\" \\\\ \\xNN (off by default)");
+  cmd->add_flag("--display-prompt,!--no-display-prompt", o->display_prompt,
+                "print the prompt before the generated text (on by default; not with --json)");
+
+  cmd->add_option("-n,--n-predict,--predict,--max-tokens", o->n_predict,
+                  "tokens to generate at most; -1: until EOS or the context is full")
+      ->check(kTokenBudget)
       ->capture_default_str();
-  cmd->add_option("-k", o->k, "tokens drafted per round")
+  cmd->add_option("-k,--draft-max,--draft-n,--spec-draft-n-max", o->k,
+                  "tokens drafted per round (with --adaptive: the most per round)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
       ->capture_default_str();
+  cmd->add_option("--draft-min,--draft-n-min,--spec-draft-n-min", o->draft_min,
+                  "rounds whose proposal has fewer tokens verify none (a plain target step); "
+                  "with --adaptive also the least k")
+      ->check(kCount)
+      ->capture_default_str();
   cmd->add_flag("--adaptive", o->adaptive,
-                "choose k each round from the running acceptance (1..8)");
+                "choose k each round from the running acceptance (1..8, or up to -k)");
+
   cmd->add_option("--temp", o->temperature, "temperature (0: greedy)")
       ->check(kTemperature)
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
-  cmd->add_option("--stop", o->stop, "stop when the text contains this string (repeatable)");
-  add_threads_flag(*cmd, o->threads);
-  cmd->add_flag("--baseline", o->baseline, "target-only decoding (no draft), for comparison");
+  cmd->add_option("-r,--reverse-prompt,--stop", o->stop,
+                  "stop when the text contains this string (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag("--ignore-eos", o->ignore_eos,
+                "do not stop at the end-of-sequence token (it is emitted like any other)");
+
+  add_model_flags(*cmd, o->models, true);
+
   cmd->add_flag("--json", o->json,
-                "print one JSON object (tokens, text, stats) instead of streaming");
+                "print one JSON object (tokens, text, stats, rounds) instead of streaming");
+  cmd->add_option("--json-file", o->json_file,
+                  "also write that JSON object to a file (the text still streams to stdout)");
   cmd->add_option("--trace", o->trace, "write an HTML page showing every round");
-  cmd->callback([o] { run_generate(*o); });
+  cmd->add_option("--color", o->colour,
+                  "colour the streamed text: on, off or auto (a terminal, NO_COLOR unset); "
+                  "--color alone: on (-co)")
+      ->expected(0, 1)
+      ->check(CLI::IsMember({"on", "off", "auto", ""}));
+  cmd->callback([o, cmd] {
+    o->k_given = cmd->count("-k") > 0;
+    if (o->colour.empty()) o->colour = "on";  // --color without a value
+    run_generate(*o);
+  });
 }
 
 }  // namespace specdec::cli

@@ -1,35 +1,22 @@
 #pragma once
-// Command-line flags shared by several subcommands, with their validation.
+// Command-line flags shared by several subcommands, with their validation. Names follow
+// llama.cpp where it has the same setting (-m, -md, -t, -c, -s, -n, --temp, ...), with specdec's
+// older names kept as aliases (--target, --draft, --seed, --max-tokens); args.hpp handles
+// llama.cpp's single-dash multi-letter names (-md, -cd, -ctk, ...), which CLI11 cannot declare.
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "specdec/cpu/transformer.hpp"
 #include "specdec/sampling/process.hpp"
 
 namespace specdec::cli {
-
-/// --top-k, --top-p, --min-p, --seed (the temperature is added by each command: generate takes
-/// one, bench a list).
-struct SamplingFlags {
-  int top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  std::uint64_t seed = 0;
-
-  [[nodiscard]] sampling::SamplingParams params(float temperature) const {
-    sampling::SamplingParams p;
-    p.temperature = temperature;
-    p.top_k = top_k;
-    p.top_p = top_p;
-    p.min_p = min_p;
-    return p;
-  }
-};
 
 /// The number in s, or nullopt when s is not one (validators run before CLI11's conversion).
 inline std::optional<double> parse_number(const std::string& s) {
@@ -51,6 +38,21 @@ inline const CLI::Validator kCount(
     },
     "N>=0", "count");
 
+/// -n: a whole number >= 0, or -1 for "until EOS or the context is full" (llama.cpp's meaning).
+inline const CLI::Validator kTokenBudget(
+    [](std::string& s) -> std::string {
+      const auto n = parse_number(s);
+      return n && *n >= -1 && std::floor(*n) == *n
+                 ? std::string()
+                 : "must be -1 (until EOS or the context is full) or a whole number >= 0, got " + s;
+    },
+    "N>=-1", "token budget");
+
+/// The generation budget for GenerationConfig::max_new_tokens: -1 is "no budget".
+inline std::size_t token_budget(std::int64_t n) {
+  return n < 0 ? std::numeric_limits<std::size_t>::max() : static_cast<std::size_t>(n);
+}
+
 /// A temperature: a finite number >= 0 (0 is greedy).
 inline const CLI::Validator kTemperature(
     [](std::string& s) -> std::string {
@@ -60,31 +62,56 @@ inline const CLI::Validator kTemperature(
     },
     "TEMP>=0", "temperature");
 
-inline void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
-  cmd.add_option("--top-k", f.top_k, "keep the k most likely tokens (0: off)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd.add_option("--top-p", f.top_p,
-                 "nucleus sampling: the smallest set of tokens with this mass, in (0, 1] (1: off)")
-      ->check(CLI::Validator(
-          [](std::string& s) -> std::string {
-            const auto p = parse_number(s);
-            return p && *p > 0 && *p <= 1 ? std::string() : "top-p must be in (0, 1], got " + s;
-          },
-          "(0,1]", "top-p"))
-      ->capture_default_str();
-  cmd.add_option("--min-p", f.min_p,
-                 "drop tokens below min-p x the top probability, in [0, 1] (0: off)")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
-  cmd.add_option("--seed", f.seed, "random seed (Philox); runs are reproducible from it")
-      ->capture_default_str();
-}
+// ------------------------------------------------------------------------ sampling
 
-inline void add_threads_flag(CLI::App& cmd, std::size_t& threads) {
-  cmd.add_option("--threads", threads, "CPU threads per model (0: one per physical core)")
-      ->check(CLI::Range(std::size_t{0}, std::size_t{1024}))
-      ->capture_default_str();
-}
+/// -s/--seed: a number in [0, 2^64), or -1 for a random one (printed on stderr so that the run
+/// can be repeated, as llama.cpp does).
+struct SeedFlag {
+  std::string text = "0";
+  /// The seed to use; draws and prints it for -1.
+  [[nodiscard]] std::uint64_t resolve() const;
+};
+
+/// --top-k, --top-p, --min-p, --seed (the temperature is added by each command: generate takes
+/// one, bench a list).
+struct SamplingFlags {
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  SeedFlag seed;
+
+  [[nodiscard]] sampling::SamplingParams params(float temperature) const {
+    sampling::SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    return p;
+  }
+};
+
+void add_seed_flag(CLI::App& cmd, SeedFlag& seed);
+void add_sampling_flags(CLI::App& cmd, SamplingFlags& f);
+
+// ------------------------------------------------------------------------ models
+
+/// The KV cache of a model when -c is not given: the model's context, but at most this many
+/// positions (models often claim 32768 to 131072 positions; an f32 cache of 131072 positions of
+/// Llama-3.1-8B is 16 GiB).
+inline constexpr std::size_t kDefaultContext = 4096;
+
+/// Threads, context and KV cache type of the models a command loads.
+struct ModelFlags {
+  std::size_t threads = 0;                    ///< -t: 0 = one per physical core
+  std::optional<std::size_t> threads_draft;   ///< -td: default -t
+  std::optional<std::size_t> context;         ///< -c: 0 = the model's; default kDefaultContext cap
+  std::optional<std::size_t> context_draft;   ///< -cd: default -c
+  std::string cache_type_k = "f32";           ///< --cache-type-k / -ctk
+  std::string cache_type_v = "f32";           ///< --cache-type-v / -ctv
+  [[nodiscard]] cpu::KvType kv_type() const;  ///< throws when K and V differ
+};
+
+/// Adds -t, -c, --cache-type-k/-v and, with `draft`, -td and -cd.
+void add_model_flags(CLI::App& cmd, ModelFlags& f, bool draft);
 
 }  // namespace specdec::cli

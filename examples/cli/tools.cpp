@@ -1,8 +1,9 @@
 // The model-file subcommands:
-//   specdec info FILE [--metadata]                    what a model file or folder holds
-//   specdec logits --model M --tokens 1,2,3 --out F   logits of one forward, raw float32
-//   specdec convert IN.gguf OUT.gguf --type PRESET    requantise as llama-quantize does
-//   specdec tokenize --model M --text T               the ids of a text, as JSON
+//   specdec info FILE [--metadata]                  what a model file or folder holds, and
+//                                                   whether generate can run it
+//   specdec logits -m M --tokens 1,2,3 --out F      logits of one forward, raw f32 [n x vocab]
+//   specdec convert IN.gguf OUT.gguf --type PRESET  requantise as llama-quantize does
+//   specdec tokenize -m M --text T                  the ids of a text, as JSON
 
 #include <cstdio>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "options.hpp"
+#include "specdec/cpu/transformer.hpp"
 #include "specdec/model/gguf.hpp"
 #include "specdec/model/gguf_writer.hpp"
 #include "specdec/model/quant_mix.hpp"
@@ -41,11 +43,18 @@ struct InfoOptions {
   bool metadata = false;
 };
 
+/// The error for a file generate cannot run: the reason, without the path it may start with.
+Error cannot_run(const std::string& path, const std::string& reason) {
+  const std::string own =
+      reason.rfind(path + ": ", 0) == 0 ? reason.substr(path.size() + 2) : reason;
+  return Error(fmt::format("{}: specdec generate cannot run this model: {}", path, own));
+}
+
 void run_info(const InfoOptions& o) {
   LoadedModel model;
   try {
     model = specdec::load_model(o.path);
-  } catch (const Error&) {
+  } catch (const Error& e) {
     // A GGUF that parses but cannot be loaded (say, tensor types specdec cannot compute with):
     // still show what it holds, then report why it cannot be used.
     if (!is_gguf(o.path)) throw;
@@ -64,10 +73,27 @@ void run_info(const InfoOptions& o) {
       }
       std::fflush(stdout);
     }
-    throw;
+    throw cannot_run(o.path, e.what());
   }
   fmt::print("{}", describe_model(model));
   if (o.metadata && is_gguf(o.path)) fmt::print("\n{}", describe_gguf_metadata(read_gguf(o.path)));
+  std::fflush(stdout);
+
+  // Whether `generate` can run it: the CPU backend resolves every tensor it needs (names, shapes,
+  // types) when it is built; a one-position cache keeps that cheap. generate also needs the
+  // tokenizer to encode a text prompt.
+  try {
+    cpu::Options options;
+    options.threads = 1;
+    options.context_length = 1;
+    const cpu::Transformer lm(model, options);
+  } catch (const Error& e) {
+    throw cannot_run(o.path, e.what());
+  }
+  if (!model.tokenizer)
+    throw cannot_run(o.path,
+                     "it carries no tokenizer to encode a text prompt (specdec logits --tokens "
+                     "still works)");
 }
 
 // ------------------------------------------------------------------------ logits
@@ -76,11 +102,12 @@ struct LogitsOptions {
   std::string model;
   std::vector<std::int64_t> tokens;
   std::string out;
-  std::size_t threads = 0;
+  ModelFlags models;
 };
 
 void run_logits(const LogitsOptions& o) {
-  Model model = load_model_for_cpu(o.model, "model", o.threads);
+  OutputFile out("--out", o.out);  // checked before the model is loaded
+  Model model = load_model_for_cpu(o.model, "model", o.models);
   const std::size_t vocab = model.lm->vocab_size();
   const std::size_t context = model.lm->context_length();
   std::vector<token_t> ids;
@@ -91,19 +118,16 @@ void run_logits(const LogitsOptions& o) {
     ids.push_back(static_cast<token_t>(t));
   }
   if (ids.size() > context)
-    throw Error(fmt::format("--tokens: {} tokens do not fit the model's context of {}", ids.size(),
-                            context));
+    throw Error(fmt::format("--tokens: {} tokens do not fit the model's context of {} (-c sets it)",
+                            ids.size(), context));
 
   const LogitsView logits = model.lm->forward(ids);  // [n x vocab], one forward
   if (logits.rows != ids.size() || logits.vocab != vocab || logits.where != Memory::host)
     throw Error("logits: the backend returned an unexpected logits shape");
   // The file is raw little-endian float32, row-major [n x vocab] (the host's order: specdec
   // only builds on little-endian hosts, see gguf_writer.hpp).
-  std::ofstream out(o.out, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error(fmt::format("--out {}: cannot open for writing", o.out));
   const std::size_t bytes = logits.rows * logits.vocab * sizeof(float);
-  out.write(reinterpret_cast<const char*>(logits.data), static_cast<std::streamsize>(bytes));
-  if (!out.flush()) throw Error(fmt::format("--out {}: write failed", o.out));
+  out.write(std::string_view(reinterpret_cast<const char*>(logits.data), bytes));
   fmt::print(stderr, "wrote {} x {} float32 logits ({} bytes) to {}\n", logits.rows, logits.vocab,
              bytes, o.out);
 }
@@ -142,6 +166,7 @@ void run_convert(const ConvertOptions& o) {
   const QuantPreset* preset = find_quant_preset(o.type);
   if (preset == nullptr)  // the option's check already refused it; this keeps the code total
     throw Error(fmt::format("--type {}: expected one of {}", o.type, quant_preset_names()));
+  { const OutputFile check("convert: the output", o.out); }  // writable, before the work
   const ConvertReport report = convert_gguf(o.in, o.out, *preset, o.pure);
   std::uint64_t before = 0;
   for (const auto& t : report.tensors) {
@@ -158,9 +183,12 @@ void run_convert(const ConvertOptions& o) {
 
 void add_info(CLI::App& app) {
   auto o = std::make_shared<InfoOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "info", "what a model file holds: format, config, tensor table, tokenizer");
-  cmd->add_option("file", o->path, "a .gguf file or a Hugging Face folder")
+  CLI::App* cmd = app.add_subcommand("info",
+                                     "what a model file holds: format, config, tensor table, "
+                                     "tokenizer; and whether generate can run it");
+  cmd->add_option("file", o->path,
+                  "a .gguf file or a Hugging Face folder (exit status 1 when generate cannot run "
+                  "it)")
       ->required()
       ->check(CLI::ExistingPath);
   cmd->add_flag("--metadata", o->metadata, "also print every GGUF metadata key");
@@ -172,14 +200,15 @@ void add_logits(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("logits",
                                      "evaluate token ids in one forward; write all logits as raw "
                                      "little-endian float32 [n x vocab]");
-  cmd->add_option("--model", o->model, "a .gguf file or a Hugging Face folder")
+  cmd->add_option("-m,--model", o->model, "a .gguf file or a Hugging Face folder")
       ->required()
       ->check(CLI::ExistingPath);
   cmd->add_option("--tokens", o->tokens, "comma-separated token ids, e.g. 1,2,3 (no BOS is added)")
       ->required()
-      ->delimiter(',');
-  cmd->add_option("--out", o->out, "output file")->required();
-  add_threads_flag(*cmd, o->threads);
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("-o,--out", o->out, "output file")->required();
+  add_model_flags(*cmd, o->models, false);
   cmd->callback([o] { run_logits(*o); });
 }
 
@@ -188,7 +217,7 @@ void add_tokenize(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "tokenize",
       "the token ids of a text as the model's tokenizer encodes it, as JSON {\"ids\": [...]}");
-  cmd->add_option("--model", o->model, "a .gguf file or a Hugging Face folder")
+  cmd->add_option("-m,--model", o->model, "a .gguf file or a Hugging Face folder")
       ->required()
       ->check(CLI::ExistingPath);
   cmd->add_option("--text", o->text, "the text")->required();

@@ -1,7 +1,5 @@
 #include "trace.hpp"
 
-#include <fstream>
-
 #include <fmt/format.h>
 
 #include "common.hpp"
@@ -60,6 +58,11 @@ constexpr const char* kPageHead = R"html(<!DOCTYPE html>
            margin-right: 6px; vertical-align: middle; overflow: hidden; }
   .bar { display: block; height: 100%; background: var(--acc); }
   .arrow { color: var(--dim); margin: 0 4px; }
+  .draft { display: inline-flex; flex-direction: column; align-items: center; vertical-align: top;
+           margin: 0 5px 2px 0; }
+  .pq { font-size: 10px; line-height: 1.25; color: #57606a; font-variant-numeric: tabular-nums;
+        white-space: nowrap; text-align: center; }
+  td.times { font-size: 12px; color: #57606a; }
   .note { color: var(--dim); font-size: 12px; }
 </style>
 </head>
@@ -76,10 +79,13 @@ constexpr const char* kPageHead = R"html(<!DOCTYPE html>
 <div id="text"></div>
 <h2>Rounds</h2>
 <table>
-  <thead><tr><th>#</th><th>pos</th><th>k</th><th>drafted &rarr; target's token</th><th>accepted</th></tr></thead>
+  <thead><tr><th>#</th><th>pos</th><th>k</th><th>drafted (p, q) &rarr; target's token</th><th>accepted</th>
+    <th title="milliseconds: draft model forwards / the target's verify forward / logit processing and sampling">draft / verify / sampling ms</th></tr></thead>
   <tbody id="rounds"></tbody>
 </table>
-<p class="note">Times exclude the prompt prefill. Acceptance = accepted / drafted tokens of the round.</p>
+<p class="note">Under each drafted token x: p, the target's probability of x, and q, the draft's (after the same
+temperature, top-k, top-p and min-p); the verifier accepted x with probability min(1, p/q). Times exclude the
+prompt prefill. Acceptance = accepted / drafted tokens of the round.</p>
 <script type="application/json" id="trace-data">)html";
 
 constexpr const char* kPageTail = R"html(</script>
@@ -96,6 +102,8 @@ constexpr const char* kPageTail = R"html(</script>
   // Chips show whitespace visibly; the output text shows it as it is.
   const visible = (s) => s.replace(/ /g, "\u00b7").replace(/\n/g, "\u21b5").replace(/\t/g, "\u2192");
   const chip = (tok, cls) => el("span", "tok " + cls, visible(tok.text));
+  // A probability in a few characters: 0.834, 3.1e-4, 0.
+  const prob = (x) => x >= 0.001 || x === 0 ? x.toFixed(3).replace(/^0\.000$/, "0") : x.toExponential(1);
   const pill = (box, key, value) => {
     const p = el("span");
     p.append(el("b", null, key + ": "), document.createTextNode(String(value)));
@@ -128,7 +136,22 @@ constexpr const char* kPageTail = R"html(</script>
     const emitted = [];
     r.drafted.forEach((t, j) => {
       const cls = j < r.accepted ? "acc" : (j === r.accepted ? "rej" : "skip");
-      chips.append(chip(t, cls));
+      if (t.p === undefined || t.q === undefined) {
+        chips.append(chip(t, cls));
+      } else {
+        // The chip with p(x) and q(x) under it: the numbers the acceptance test compared.
+        const box = el("span", "draft");
+        const pq = el("span", "pq");
+        pq.dataset.p = String(t.p);
+        pq.dataset.q = String(t.q);
+        pq.append(document.createTextNode("p " + prob(t.p)), el("br"),
+                  document.createTextNode("q " + prob(t.q)));
+        box.title = "p(x) = " + t.p + ", q(x) = " + t.q + ": accepted with probability " +
+                    (t.q > 0 ? Math.min(1, t.p / t.q).toFixed(4) : "1") +
+                    (cls === "acc" ? " (accepted)" : cls === "rej" ? " (rejected)" : " (not reached)");
+        box.append(chip(t, cls), pq);
+        chips.append(box);
+      }
       if (j < r.accepted) emitted.push([t, "acc"]);
     });
     const kind = r.drafted.length === 0 ? "step" : (r.bonus ? "bon" : "cor");
@@ -147,7 +170,14 @@ constexpr const char* kPageTail = R"html(</script>
     } else {
       acc.textContent = "\u2013";
     }
-    tr.append(...cells, chips, acc);
+    const times = el("td", "num times");
+    if (r.verify_seconds !== undefined) {
+      const ms = (x) => (1000 * x).toFixed(2);
+      times.textContent = ms(r.draft_seconds) + " / " + ms(r.verify_seconds) + " / " + ms(r.sampling_seconds);
+    } else {
+      times.textContent = "\u2013";
+    }
+    tr.append(...cells, chips, acc, times);
     tbody.append(tr);
     // A stop (EOS, budget, stop string) may cut the round's tokens short.
     emitted.slice(0, r.emitted).forEach(([t, cls]) => {
@@ -184,15 +214,27 @@ nlohmann::json trace_data(const TraceInput& input) {
                         {"bonus", false},
                         {"emitted", 1}});
   }
-  for (const RoundRecord& r : result.rounds) {
+  for (std::size_t i = 0; i < result.rounds.size(); ++i) {
+    const RoundRecord& r = result.rounds[i];
+    const RoundProbabilities* pq = input.probabilities && i < input.probabilities->size()
+                                       ? &(*input.probabilities)[i]
+                                       : nullptr;
     nlohmann::json drafted = nlohmann::json::array();
-    for (const token_t t : r.drafted) drafted.push_back(token_json(input.tokenizer, t));
+    for (std::size_t j = 0; j < r.drafted.size(); ++j) {
+      nlohmann::json t = token_json(input.tokenizer, r.drafted[j]);
+      if (pq && j < pq->p.size()) t["p"] = pq->p[j];
+      if (pq && j < pq->q.size()) t["q"] = pq->q[j];
+      drafted.push_back(std::move(t));
+    }
     rounds.push_back({{"position", r.position},
                       {"drafted", drafted},
                       {"accepted", r.accepted},
                       {"next", token_json(input.tokenizer, r.next)},
                       {"bonus", r.bonus},
-                      {"emitted", r.emitted}});
+                      {"emitted", r.emitted},
+                      {"draft_seconds", r.draft_seconds},
+                      {"verify_seconds", r.verify_seconds},
+                      {"sampling_seconds", r.sampling_seconds}});
   }
   data["rounds"] = std::move(rounds);
   return data;
@@ -206,13 +248,6 @@ std::string trace_html(const TraceInput& input) {
   for (std::size_t at = json.find('<'); at != std::string::npos; at = json.find('<', at + 6))
     json.replace(at, 1, "\\u003c");
   return std::string(kPageHead) + json + kPageTail;
-}
-
-void write_trace(const std::string& path, const TraceInput& input) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error(fmt::format("--trace {}: cannot open for writing", path));
-  out << trace_html(input);
-  if (!out.flush()) throw Error(fmt::format("--trace {}: write failed", path));
 }
 
 }  // namespace specdec::cli

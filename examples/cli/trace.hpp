@@ -1,8 +1,9 @@
 #pragma once
 // `specdec generate --trace out.html`: a self-contained HTML page (no network resources: the
-// styles and the script are inline) showing every round of a generation — the drafted tokens,
-// which were accepted, the rejected one, the correction or bonus token the target added — and
-// the per-round acceptance, with the generated text coloured by where each token came from.
+// styles and the script are inline) showing every round of a generation — the drafted tokens
+// with the target's p(x) and the draft's q(x) of each, which were accepted, the rejected one, the
+// correction or bonus token the target added — and per round the acceptance and the draft,
+// verify and sampling times, with the generated text coloured by where each token came from.
 //
 // The page embeds the rounds as JSON (<script type="application/json" id="trace-data">) and a
 // small inline script renders them, so the data stays readable by tools too.
@@ -12,6 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <vector>
+
+#include "common.hpp"
 #include "specdec/decoder/generation.hpp"
 #include "specdec/model/tokenizer.hpp"
 
@@ -23,13 +27,13 @@ struct TraceInput {
   std::span<const token_t> prompt;           ///< prompt ids (BOS included)
   const Tokenizer* tokenizer = nullptr;      ///< for the tokens' text (ids only when null)
   const GenerationResult* result = nullptr;  ///< with rounds recorded (record_rounds)
+  /// p(x) and q(x) of each round's drafted tokens, one entry per round (may be null or short)
+  const std::vector<RoundProbabilities>* probabilities = nullptr;
 };
 
 /// The page's JSON data: settings, stats, the prompt's text and one object per round.
 nlohmann::json trace_data(const TraceInput& input);
 /// The whole HTML page.
 std::string trace_html(const TraceInput& input);
-/// Writes trace_html() to `path`; throws specdec::Error naming the file on failure.
-void write_trace(const std::string& path, const TraceInput& input);
 
 }  // namespace specdec::cli

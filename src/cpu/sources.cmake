@@ -5,6 +5,7 @@ list(APPEND SOURCES
   cpu/kernels_avx512.cpp
   cpu/kernels_avx512vnni.cpp
   cpu/kernels_amx.cpp
+  cpu/memory.cpp
   cpu/thread_pool.cpp
   cpu/transformer.cpp)
 list(APPEND PUBLIC_LIBS specdec_model)

@@ -1,9 +1,15 @@
 // ThreadPool: dynamic task hand-out, short spins, then futex sleeps (see thread_pool.hpp).
 #include "specdec/cpu/thread_pool.hpp"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <map>
 #include <stdexcept>
+#include <string>
+#include <system_error>
+
+#include "specdec/common.hpp"
 
 #if defined(__linux__)
 #include <linux/futex.h>
@@ -72,15 +78,30 @@ bool spin_until(Pred pred, Clock::duration budget) {
 
 ThreadPool::ThreadPool(std::size_t threads) {
   if (threads == 0) threads = 1;
-  workers_.reserve(threads - 1);
-  for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  try {
+    workers_.reserve(threads - 1);
+    for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  } catch (const std::exception& e) {
+    // The destructor does not run for a constructor that throws, and a std::thread destroyed
+    // while joinable calls std::terminate: stop and join the workers already running first.
+    const std::size_t started = workers_.size() + 1;  // the calling thread is thread 1
+    stop_workers();
+    const auto* system = dynamic_cast<const std::system_error*>(&e);
+    throw Error(fmt::format(
+        "ThreadPool: cannot start thread {} of {}: {} (ask for fewer threads; each one reserves "
+        "a stack)",
+        started + 1, threads, system ? system->code().message() : std::string(e.what())));
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() noexcept {
   stop_.store(true);
   generation_.fetch_add(1);
   wake_all(generation_);
   for (auto& w : workers_) w.join();
+  workers_.clear();
 }
 
 std::shared_ptr<ThreadPool> ThreadPool::shared(std::size_t threads) {

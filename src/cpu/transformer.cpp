@@ -20,6 +20,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <new>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -119,7 +120,34 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, const WeightStore& weight
 
 std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
 
+/// a x b, or a specdec::Error naming `what` when it does not fit in size_t (a config claiming an
+/// absurd context must give a message, not a wrapped-around size).
+std::size_t checked_mul(std::size_t a, std::size_t b, const char* what) {
+  std::size_t out = 0;
+  if (__builtin_mul_overflow(a, b, &out))
+    throw Error(
+        fmt::format("cpu::Transformer: the {} overflows (a product of {} and {})", what, a, b));
+  return out;
+}
+
 }  // namespace
+
+MemoryEstimate Transformer::estimate_memory(const ModelConfig& c, const Options& options) {
+  MemoryEstimate e;
+  e.context_length = options.context_length != 0 ? options.context_length : c.context_length;
+  e.threads = options.threads != 0 ? options.threads : physical_cores();
+  const std::size_t element = options.kv_type == KvType::f16 ? 2 : 4;
+  std::size_t kv = checked_mul(c.n_layers, 2 * c.n_kv_heads, "KV cache size");
+  kv = checked_mul(kv, e.context_length, "KV cache size");
+  kv = checked_mul(kv, c.head_dim, "KV cache size");
+  e.kv_cache_bytes = checked_mul(kv, element, "KV cache size");
+  e.scratch_bytes =
+      checked_mul(e.threads, checked_mul(e.context_length + c.head_dim, sizeof(float), "scratch"),
+                  "attention scratch size");
+  if (e.kv_cache_bytes + e.scratch_bytes < e.kv_cache_bytes)
+    throw Error("cpu::Transformer: the memory estimate overflows");
+  return e;
+}
 
 // ================================================================================================
 
@@ -219,6 +247,20 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   context_length_ = options.context_length != 0 ? options.context_length : c.context_length;
   if (context_length_ == 0)
     throw Error("cpu::Transformer: context length is 0 (set Options::context_length)");
+  // The KV cache is allocated whole, here: check that it fits before asking for it, so that a
+  // model claiming a long context gets a message with the numbers instead of std::bad_alloc (or
+  // an overcommitted allocation that the OOM killer collects later).
+  const MemoryEstimate need = estimate_memory(c, options);
+  if (const auto available = available_memory(); available && need.total() > available->bytes)
+    throw Error(fmt::format(
+        "cpu::Transformer: a context of {} positions needs {} of memory (KV cache {}: {} layers x "
+        "2 x {} KV heads x {} positions x head dim {} x {} bytes; attention scratch {}) but {} "
+        "allows {}: set a shorter context (Options::context_length){}",
+        need.context_length, format_bytes(need.total()), format_bytes(need.kv_cache_bytes),
+        c.n_layers, c.n_kv_heads, need.context_length, c.head_dim,
+        options.kv_type == KvType::f16 ? 2 : 4, format_bytes(need.scratch_bytes), available->limit,
+        format_bytes(available->bytes),
+        options.kv_type == KvType::f16 ? "" : " or an f16 KV cache (Options::kv_type)"));
 
   State& s = *state_;
   s.isa = default_isa();
@@ -258,13 +300,19 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   s.head_stride = context_length_ * c.head_dim;
   s.layer_stride = 2 * c.n_kv_heads * s.head_stride;
   const std::size_t kv_elements = c.n_layers * s.layer_stride;
-  if (options.kv_type == KvType::f16)
-    s.kv_f16 = std::make_unique_for_overwrite<std::uint16_t[]>(kv_elements);
-  else
-    s.kv_f32 = std::make_unique_for_overwrite<float[]>(kv_elements);
-
-  s.scratch.resize(s.pool->size());
-  for (auto& v : s.scratch) v.resize(context_length_ + c.head_dim);
+  try {
+    if (options.kv_type == KvType::f16)
+      s.kv_f16 = std::make_unique_for_overwrite<std::uint16_t[]>(kv_elements);
+    else
+      s.kv_f32 = std::make_unique_for_overwrite<float[]>(kv_elements);
+    s.scratch.resize(s.pool->size());
+    for (auto& v : s.scratch) v.resize(context_length_ + c.head_dim);
+  } catch (const std::bad_alloc&) {
+    throw Error(fmt::format(
+        "cpu::Transformer: cannot allocate {} for a context of {} positions: set a shorter "
+        "context (Options::context_length)",
+        format_bytes(need.total()), context_length_));
+  }
 }
 
 Transformer::~Transformer() = default;

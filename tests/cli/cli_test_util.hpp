@@ -5,10 +5,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -49,16 +53,22 @@ inline std::string read_file(const std::filesystem::path& p) {
 }
 
 /// Runs `program args...` through the shell with stdout and stderr captured in files (so they are
-/// not terminals: no progress lines, no colours).
-inline RunResult run_program(const std::string& program, const std::vector<std::string>& args) {
-  const auto out = temp_path(".out"), err = temp_path(".err");
+/// not terminals: no progress lines, no colours) and stdin from `input` (else /dev/null).
+inline RunResult run_program(const std::string& program, const std::vector<std::string>& args,
+                             const std::optional<std::string>& input = std::nullopt) {
+  const auto out = temp_path(".out"), err = temp_path(".err"), in = temp_path(".in");
   std::string cmd = shell_quote(program);
   for (const auto& a : args) cmd.append(" ").append(shell_quote(a));
   cmd.append(" >")
       .append(shell_quote(out.string()))
       .append(" 2>")
       .append(shell_quote(err.string()));
-  cmd.append(" </dev/null");
+  if (input) {
+    std::ofstream(in, std::ios::binary) << *input;
+    cmd.append(" <").append(shell_quote(in.string()));
+  } else {
+    cmd.append(" </dev/null");
+  }
   const int raw = std::system(cmd.c_str());
   RunResult r;
   r.status = raw != -1 && WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
@@ -66,11 +76,41 @@ inline RunResult run_program(const std::string& program, const std::vector<std::
   r.err = read_file(err);
   std::filesystem::remove(out);
   std::filesystem::remove(err);
+  std::filesystem::remove(in);
   return r;
 }
 
-inline RunResult run_cli(const std::vector<std::string>& args) {
-  return run_program(SPECDEC_CLI, args);
+inline RunResult run_cli(const std::vector<std::string>& args,
+                         const std::optional<std::string>& input = std::nullopt) {
+  return run_program(SPECDEC_CLI, args, input);
+}
+
+/// Runs `specdec args...` from /bin/sh with `redirect` appended (e.g. "> /dev/full"); stdout and
+/// stderr as the shell leaves them are captured as in run_program.
+inline RunResult run_cli_redirected(const std::vector<std::string>& args,
+                                    const std::string& redirect) {
+  std::string cmd = "exec " + shell_quote(SPECDEC_CLI);
+  for (const auto& a : args) cmd.append(" ").append(shell_quote(a));
+  cmd.append(" ").append(redirect);
+  return run_program("/bin/sh", {"-c", cmd});
+}
+
+/// A copy of a GGUF file with the uint32 metadata value of `key` replaced, in the temp folder
+/// (the caller removes it). Throws when the key is not a uint32 of the file.
+inline std::filesystem::path patched_gguf(const std::string& source, const std::string& key,
+                                          std::uint32_t value) {
+  std::string bytes = read_file(source);
+  // A GGUF key-value pair: u64 key length, the key, u32 type (4 = UINT32), the value.
+  const auto at = bytes.find(key);
+  if (at == std::string::npos || at + key.size() + 8 > bytes.size())
+    throw std::runtime_error(key + " not found in " + source);
+  std::uint32_t type = 0;
+  std::memcpy(&type, bytes.data() + at + key.size(), 4);
+  if (type != 4) throw std::runtime_error(key + " is not a uint32 in " + source);
+  std::memcpy(bytes.data() + at + key.size() + 4, &value, 4);
+  const auto path = temp_path(".gguf");
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
 }
 
 inline std::string demo_model(const char* name) {

@@ -124,13 +124,21 @@ TEST_CASE("greedy: speculative tokens == --baseline tokens == a plain argmax loo
 }
 
 TEST_CASE("generate streams plain text to stdout and statistics to stderr", "[cli]") {
-  const auto r = run_cli({"generate", "--target", demo_target(), "--draft", demo_draft(),
-                          "--prompt", kPrompt, "-n", "16", "--temp", "0"});
+  const nlohmann::json j = generate_json({"--baseline", "-n", "16", "--temp", "0"});
+  const std::string text = j["text"].get<std::string>();
+  // As llama.cpp: the prompt first, then the generated text (no colour codes: not a terminal).
+  const auto r = run_cli({"generate", "-m", demo_target(), "-md", demo_draft(), "-p", kPrompt, "-n",
+                          "16", "--temp", "0"});
   INFO(r.err);
   REQUIRE(r.status == 0);
-  const nlohmann::json j = generate_json({"--baseline", "-n", "16", "--temp", "0"});
-  CHECK(r.out == j["text"].get<std::string>() + "\n");  // no colour codes when not a terminal
+  CHECK(r.out == kPrompt + text + "\n");
   CHECK(r.err.find("acceptance") != std::string::npos);
+  CHECK(specdec::test::count_lines(r.err) == 1);  // the stats line only
+  // --no-display-prompt: the generated text alone.
+  const auto plain = run_cli({"generate", "-m", demo_target(), "-md", demo_draft(), "-p", kPrompt,
+                              "-n", "16", "--temp", "0", "--no-display-prompt"});
+  REQUIRE(plain.status == 0);
+  CHECK(plain.out == text + "\n");
 }
 
 TEST_CASE("logits writes n x vocab float32 equal to the CPU forward", "[cli]") {

@@ -1,12 +1,16 @@
 // generate --trace writes a self-contained HTML page that renders every round: checked by reading
 // the page's embedded data and by rendering it in headless Chromium (the test SKIPs when no
-// chromium is installed; Debian: apt-get install chromium).
+// chromium is installed; Debian: apt-get install chromium). The p(x) and q(x) it shows per
+// drafted token are checked against the two models run here, in this process.
 
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "cli_test_util.hpp"
+#include "specdec/cpu/transformer.hpp"
+#include "specdec/model/loader.hpp"
+#include "specdec/sampling/process.hpp"
 #include "specdec_test.hpp"
 
 using specdec::test::demo_draft;
@@ -87,6 +91,83 @@ TEST_CASE("the trace page is self-contained and holds every round", "[cli]") {
   }
 }
 
+TEST_CASE("p(x) and q(x) of each drafted token are the target's and the draft's probabilities",
+          "[cli]") {
+  const Traced t = traced_generation(
+      {"--draft", demo_draft(), "--temp", "0.8", "--top-k", "40", "--seed", "9", "-k", "5"});
+  const auto& rounds = t.json["rounds"];
+  const nlohmann::json page = embedded_data(t.html)["rounds"];
+  REQUIRE(page.size() == rounds.size());
+
+  // The reference: each model once over prompt + generated tokens. A position's logits do not
+  // depend on how many tokens shared the forward (the CPU backend is batch-invariant), so row i
+  // is bitwise what the decoder saw for the token after position i.
+  std::vector<specdec::token_t> sequence = t.json["prompt_tokens"];
+  for (const auto& id : t.json["tokens"]) sequence.push_back(id.get<specdec::token_t>());
+  const auto distributions = [&](const std::string& file) {
+    const specdec::LoadedModel model = specdec::load_model(file);
+    specdec::cpu::Transformer lm(model);
+    const specdec::LogitsView logits = lm.forward(sequence);
+    specdec::sampling::SamplingParams params;
+    params.temperature = 0.8f;
+    params.top_k = 40;
+    std::vector<std::vector<float>> rows(logits.rows, std::vector<float>(logits.vocab));
+    for (std::size_t i = 0; i < logits.rows; ++i)
+      specdec::sampling::process_logits<float>(logits.row(i), params, rows[i]);
+    return rows;
+  };
+  const auto p = distributions(demo_target());
+  const auto q = distributions(demo_draft());
+
+  std::size_t checked = 0, rejected = 0;
+  for (std::size_t i = 0; i < rounds.size(); ++i) {
+    const auto& r = rounds[i];
+    INFO("round " << i);
+    const auto drafted = r["drafted"].get<std::vector<specdec::token_t>>();
+    REQUIRE(r["p"].size() == drafted.size());
+    REQUIRE(r["q"].size() == drafted.size());
+    for (std::size_t j = 0; j < drafted.size(); ++j) {  // the page shows the same numbers
+      CHECK(page[i]["drafted"][j]["p"] == r["p"][j]);
+      CHECK(page[i]["drafted"][j]["q"] == r["q"][j]);
+    }
+    const std::size_t accepted = r["accepted"], position = r["position"];
+    if (r["emitted"].get<std::size_t>() != accepted + 1) continue;  // cut by a stop
+    // x_1 .. x_n (accepted) and x_(n+1) (rejected) follow prefixes of the final sequence.
+    for (std::size_t j = 0; j < drafted.size() && j <= accepted; ++j) {
+      const std::size_t row = position - 1 + j;
+      const auto x = static_cast<std::size_t>(drafted[j]);
+      CHECK(r["p"][j].get<float>() == p[row][x]);
+      CHECK(r["q"][j].get<float>() == q[row][x]);
+      ++checked;
+      if (j < accepted) {
+        CHECK(r["p"][j].get<float>() > 0);  // a token the target cannot emit is never accepted
+      } else {
+        CHECK(r["p"][j].get<float>() < r["q"][j].get<float>());  // p >= q is always accepted
+        ++rejected;
+      }
+    }
+    // Per-round times: the decoder's split, adding up to the run's totals.
+    CHECK(page[i]["verify_seconds"].get<double>() > 0);
+    CHECK(page[i]["draft_seconds"].get<double>() >= 0);
+  }
+  CHECK(checked > 20);
+  CHECK(rejected > 0);
+  double verify = 0;
+  for (const auto& r : rounds) verify += r["verify_seconds"].get<double>();
+  CHECK(verify == Approx(t.json["stats"]["verify_seconds"].get<double>()));
+}
+
+TEST_CASE("greedy: p(x) and q(x) are 0 or 1, as the one-hot distributions are", "[cli]") {
+  const Traced t = traced_generation({"--draft", demo_draft(), "--temp", "0"});
+  for (const auto& r : t.json["rounds"]) {
+    const std::size_t accepted = r["accepted"];
+    for (std::size_t j = 0; j < r["drafted"].size() && j <= accepted; ++j) {
+      CHECK(r["q"][j] == 1.0);  // the draft's argmax
+      CHECK(r["p"][j] == (j < accepted ? 1.0 : 0.0));
+    }
+  }
+}
+
 TEST_CASE("a baseline trace shows one target step per token", "[cli]") {
   const Traced t = traced_generation({"--baseline", "--temp", "0"});
   const nlohmann::json data = embedded_data(t.html);
@@ -149,6 +230,10 @@ TEST_CASE("headless Chromium renders every round of the trace", "[cli][chromium]
     return n;
   };
   CHECK(count("<span class=\"tok acc\">") == accepted + 1);  // + the legend's
+  // p(x) and q(x) under every drafted token.
+  std::size_t drafted = 0;
+  for (const auto& r : rounds) drafted += r["drafted"].size();
+  CHECK(count("<span class=\"pq\" data-p=\"") == drafted);
   CHECK(count("<span class=\"tok rej\">") == rejected + 1);
   CHECK(count("<span class=\"tok bon\">") == bonus + 1);
 }

@@ -14,3 +14,7 @@ run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
     "-DCMAKE_EXE_LINKER_FLAGS=${LINKER_FLAGS}")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer)
+# A full build has specdec::cuda when nvcc was found: the package must then offer it.
+if(EXPECT_CUDA AND NOT EXISTS ${WORK_DIR}/build/consumer_cuda)
+  message(FATAL_ERROR "the build has specdec_cuda but the installed package offers no specdec::cuda")
+endif()

@@ -1,10 +1,18 @@
 // ThreadPool: every task runs exactly once, thread indices are in range, runs from several
-// threads are serialised, and the pool shuts down cleanly whether its workers sleep or spin.
+// threads are serialised, the pool shuts down cleanly whether its workers sleep or spin, and a
+// pool whose threads cannot all be started throws a specdec::Error instead of terminating.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "specdec/common.hpp"
 #include "specdec/cpu/thread_pool.hpp"
 #include "specdec_test.hpp"
 
@@ -38,7 +46,7 @@ TEST_CASE("many short runs back to back, and after the workers fell asleep", "[c
   CHECK(total == 2000 * 3 + 4);
 }
 
-TEST_CASE("a slow task delays only its own run; other threads take the rest", "[cpu][pool]") {
+TEST_CASE("a slow task delays only its own run: other threads take the rest", "[cpu][pool]") {
   ThreadPool pool(2);
   std::atomic<int> done{0};
   pool.run(50, [&](std::size_t task, std::size_t) {
@@ -118,4 +126,56 @@ TEST_CASE("ParallelismChooser: tries both modes, keeps the faster, probes the ot
   }
   CHECK(probes == 25);
   CHECK(d.calls(true) + d.calls(false) == 102);
+}
+
+TEST_CASE("a pool whose threads cannot start throws a specdec::Error naming the count",
+          "[cpu][pool]") {
+  // In a child process, an address-space limit 64 MiB above what the process already uses leaves
+  // room for a few thread stacks (8 MiB each by default), not for 1023. RLIMIT_AS binds root too
+  // (RLIMIT_NPROC does not, and CI runs as root). Before the fix the constructor unwound with
+  // running std::threads: std::terminate, "terminate called without an active exception".
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    std::string message = "no exception";
+    std::size_t statm_pages = 0;
+    std::ifstream("/proc/self/statm") >> statm_pages;
+    const auto in_use = static_cast<rlim_t>(statm_pages * static_cast<std::size_t>(getpagesize()));
+    const rlimit limit{in_use + (rlim_t{64} << 20), RLIM_INFINITY};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) {
+      message = "setrlimit failed";
+    } else {
+      try {
+        ThreadPool pool(1024);
+      } catch (const specdec::Error& e) {
+        message = e.what();
+      } catch (...) {
+        message = "an exception other than specdec::Error";
+      }
+    }
+    const ssize_t written = write(fds[1], message.data(), message.size());
+    _exit(written == static_cast<ssize_t>(message.size()) ? 0 : 1);
+  }
+  close(fds[1]);
+  std::string message;
+  char buffer[512];
+  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;)
+    message.append(buffer, static_cast<std::size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO(message);
+  REQUIRE(WIFEXITED(status));  // not killed by std::terminate's abort
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(message.find("ThreadPool: cannot start thread ") == 0);
+  CHECK(message.find(" of 1024: Resource temporarily unavailable") != std::string::npos);
+
+  // The parent's pools still work (nothing global was left half-built).
+  ThreadPool pool(2);
+  std::atomic<int> ran{0};
+  pool.run(8, [&](std::size_t, std::size_t) { ran.fetch_add(1); });
+  CHECK(ran.load() == 8);
 }

@@ -162,4 +162,14 @@ TEST_CASE("cuda::Transformer error contract and host copies", "[cuda-emu][transf
   m.rollback(0);
   CHECK(m.cached() == 0);
   CHECK(m.device_bytes() > 0);
+
+  // A context whose KV cache exceeds the device's free memory (the emulator reports 16 GiB) is
+  // refused before allocating, by name; one past the kernels' int indexing too.
+  options.context_length = std::size_t{1} << 30;
+  CHECK_THROWS_WITH(
+      specdec::cuda::Transformer(model->config, model->store, options),
+      Catch::Contains("1073741824 positions needs") && Catch::Contains("Options::context_length"));
+  options.context_length = std::size_t{1} << 31;
+  CHECK_THROWS_WITH(specdec::cuda::Transformer(model->config, model->store, options),
+                    Catch::Contains("2^31 - 1"));
 }

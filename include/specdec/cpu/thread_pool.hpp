@@ -81,7 +81,9 @@ class ParallelismChooser {
 
 class ThreadPool {
  public:
-  /// threads >= 1: the caller plus threads - 1 workers.
+  /// threads >= 1: the caller plus threads - 1 workers. Throws specdec::Error naming the thread
+  /// that could not be started and why (after joining those that were), e.g. under a memory
+  /// limit that leaves no room for their stacks.
   explicit ThreadPool(std::size_t threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -116,6 +118,8 @@ class ThreadPool {
   using Call = void (*)(void*, std::size_t, std::size_t);
   void run_erased(std::size_t tasks, Call call, void* ctx);
   void worker_main(std::size_t index);
+  void stop_workers() noexcept;  ///< wakes, stops and joins every worker
+
   void work(std::size_t thread);
 
   std::mutex run_mutex_;  // one run() at a time

@@ -15,7 +15,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 
 #include "specdec/common.hpp"
 #include "specdec/model/causal_lm.hpp"
@@ -31,7 +33,11 @@ enum class KvType { f32, f16 };
 struct Options {
   std::size_t threads = 0;  ///< 0: the number of physical cores this process may use
   KvType kv_type = KvType::f32;
-  std::size_t context_length = 0;  ///< 0: the model's context length (config.context_length)
+  /// Positions the KV cache holds; 0: the model's context length (config.context_length). The
+  /// cache is allocated whole by the constructor, so a model that claims a long context (131072
+  /// positions is common) needs this set to what the application will use: see
+  /// Transformer::estimate_memory.
+  std::size_t context_length = 0;
   /// Steps of up to 16 tokens (decode, verify) run on the workers or on the calling thread alone,
   /// whichever has been faster lately for that step size (ParallelismChooser, thread_pool.hpp):
   /// with a CPU-bound neighbour, waiting for preempted workers can cost more than they add.
@@ -39,11 +45,41 @@ struct Options {
   bool adaptive_threads = true;
 };
 
+/// What a Transformer allocates besides the weights (which stay in the file's memory map).
+struct MemoryEstimate {
+  std::size_t context_length = 0;  ///< positions of the KV cache
+  std::size_t threads = 0;         ///< threads of the pool (Options::threads resolved)
+  /// n_layers x 2 (K and V) x n_kv_heads x context_length x head_dim x 4 (f32) or 2 (f16) bytes
+  std::size_t kv_cache_bytes = 0;
+  /// attention scores, one row per thread: threads x (context_length + head_dim) x 4 bytes
+  std::size_t scratch_bytes = 0;
+  [[nodiscard]] std::size_t total() const noexcept { return kv_cache_bytes + scratch_bytes; }
+};
+
+/// Memory this process can still allocate, and which limit says so.
+struct AvailableMemory {
+  std::size_t bytes = 0;
+  std::string limit;  ///< "MemAvailable", "RLIMIT_AS (ulimit -v)" or "the cgroup's memory.max"
+};
+/// The tightest of: the system's available memory (/proc/meminfo MemAvailable), the address-space
+/// limit minus the address space in use (RLIMIT_AS), the memory cgroup's limit minus its usage.
+/// nullopt when none of them can be read (not Linux).
+std::optional<AvailableMemory> available_memory();
+
+/// "1.5 GiB", "768 MiB", "4 KiB", "12 bytes": a byte count for messages.
+std::string format_bytes(std::size_t bytes);
+
 class Transformer {
  public:
+  /// The memory the constructor would allocate for this config and options, computed without
+  /// allocating anything. Throws specdec::Error when the sizes overflow (a corrupt config).
+  static MemoryEstimate estimate_memory(const ModelConfig& config, const Options& options);
+
   /// Several Transformers may share one WeightStore (a draft and a target from one file, or two
   /// sequences of one model): weights exist once in memory. Throws specdec::Error when a tensor
-  /// the config needs is missing, has the wrong shape or a dtype the CPU backend cannot use.
+  /// the config needs is missing, has the wrong shape or a dtype the CPU backend cannot use, and
+  /// (before allocating) when estimate_memory() exceeds available_memory(): the message names
+  /// the bytes needed and available and Options::context_length.
   Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights,
               Options options = {});
   explicit Transformer(const LoadedModel& model, Options options = {});
