@@ -81,11 +81,20 @@ void verify_chain_greedy(const float* rows, bool rows_are_logits, const token_t*
 void process_logits(const float* logits, int rows, int vocab, const RoundArgs* args, float* probs,
                     int* bad_logit, float* bad_value, cudaStream_t stream, int threads = 256);
 
-/// sample_rows with the uniform of row r at (args->seed, args->stream + r, args->counter +
-/// counter_offset); bad_value as in process_logits.
-void sample_rows(const float* logits, int rows, int vocab, const RoundArgs* args,
-                 std::uint64_t counter_offset, float* q, token_t* tokens, int* bad_logit,
-                 float* bad_value, cudaStream_t stream, int threads = 256);
+/// The per-round values of a cuda::DeviceSampler, in device memory: both streams' arguments and
+/// the slot of the next drafted token, which draft_sample advances (so that one captured graph
+/// serves every slot).
+struct SamplerRound {
+  RoundArgs draft;        ///< the draft stream, counter of slot 0 (slot s draws at counter + s)
+  RoundArgs target;       ///< the target stream, counter of this round's verify
+  std::int32_t slot = 0;  ///< next drafted token's slot; each draft_sample advances it
+};
+
+/// Draft sampling of one row for a DeviceSampler: s = round->slot; q[s] = processed(logits row),
+/// tokens[s] = a sample of it (uniform at (draft.seed, draft.stream, draft.counter + s); greedy:
+/// the argmax), bad_logit[s] / bad_value[s] as in process_logits; then round->slot = s + 1.
+void draft_sample(const float* logits, int vocab, SamplerRound* round, float* q, token_t* tokens,
+                  int* bad_logit, float* bad_value, cudaStream_t stream, int threads = 256);
 
 /// verify_chain (q not null) or verify_chain_onehot (q null) with sequence b on stream
 /// args->stream + b at counters args->counter + 0 ... k.
