@@ -226,11 +226,9 @@ class HostSampler {
     detail::check_logits(target, k + 1, vocab_, "target model");
     const auto t0 = std::chrono::steady_clock::now();
     p_.resize((k + 1) * vocab_);
-    for (std::size_t r = 0; r <= k; ++r) {
-      detail::check_finite_logits(target.row(r), "target model", position + r);
-      sampling::process_logits<float>(target.row(r), params_,
-                                      std::span<float>(p_.data() + r * vocab_, vocab_));
-    }
+    for (std::size_t r = 0; r <= k; ++r)
+      process(target.row(r), std::span<float>(p_.data() + r * vocab_, vocab_), "target model",
+              position + r);
     const std::span<const token_t> drafted = std::span<const token_t>(tokens_).subspan(1, k);
     const std::span<const float> p(p_);
     sampling::VerifyResult verdict{};
@@ -261,15 +259,26 @@ class HostSampler {
   void draw(std::span<const float> row, std::size_t position) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t slot = tokens_.size() - 1;
-    detail::check_finite_logits(row, "draft model", position);
     q_.resize((slot + 1) * vocab_);
     const std::span<float> q(q_.data() + slot * vocab_, vocab_);
-    sampling::process_logits<float>(row, params_, q);
+    process(row, q, "draft model", position);
     const token_t x = params_.greedy()
                           ? static_cast<token_t>(sampling::argmax<float>(std::span<const float>(q)))
                           : sampling::sample_from<float>(q, draft_rng_.next());
     tokens_.push_back(x);
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  /// process_logits, whose own check of the logits (it throws on a NaN or infinity) is
+  /// rethrown naming the model and the position: no second pass over the row when all is well.
+  void process(std::span<const float> row, std::span<float> out, std::string_view model,
+               std::size_t position) const {
+    try {
+      sampling::process_logits<float>(row, params_, out);
+    } catch (const Error&) {
+      detail::check_finite_logits(row, model, position);
+      throw;
+    }
   }
 
   void check_k(std::size_t k) const {
