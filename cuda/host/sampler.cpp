@@ -100,6 +100,7 @@ struct DeviceSampler::Impl {
   std::size_t draws = 0;             // uniforms the drafts of this round drew (greedy: none)
   std::size_t proposed = 0;          // tokens given by propose() this round
   cudaStream_t draft_stream = nullptr;
+  bool in_round = false;  // begin_round() happened, collect() not yet
   std::vector<std::size_t> positions;   // [max_k]: sequence position of each draft row
   std::vector<token_t> drafted_tokens;  // host copy of x_1 .. x_k after verification
   bool p_valid = false;
@@ -179,6 +180,7 @@ struct DeviceSampler::Impl {
     SPECDEC_CUDA_CHECK(cudaMemcpyAsync(host_report.get(), report.get(), layout.bytes,
                                        cudaMemcpyDeviceToHost, stream));
     SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    in_round = false;
     p_valid = work != Work::verify_greedy;
     // A NaN / infinity in a row the kernels processed, in the order the host would meet it.
     const int* draft_bad = host_part<int>(layout.draft_bad);
@@ -262,6 +264,13 @@ void DeviceSampler::set_params(const sampling::SamplingParams& params) {
 
 void DeviceSampler::begin_round(token_t last) {
   Impl& m = *impl_;
+  if (m.in_round) {
+    // The last round was dropped before its result (a cancelled round): its copies from the
+    // staging buffers and its drafts may still be running.
+    if (m.draft_stream != nullptr) SPECDEC_CUDA_CHECK(cudaStreamSynchronize(m.draft_stream));
+    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  }
+  m.in_round = true;
   // The previous round's draws move the draft stream on.
   m.draft_counter += m.draws;
   m.draws = 0;
