@@ -71,45 +71,13 @@ SPECDEC_DEVICE bool lane_order_block_sums(const Entry& entry, int vocab, float* 
   return __syncthreads_or(negative) != 0;
 }
 
-/// The core's detail::inverse_cdf with pass 1's block sums given (`sums`, `blocks` of them):
-/// identical arithmetic, run by one thread.
-template <class Weight>
-SPECDEC_DEVICE token_t inverse_cdf_serial(const Weight& w, int vocab, const float* sums,
-                                          double total, double u) {
-  const double target = u * total;
-  double cum = 0;
-  const int blocks = scan_blocks(vocab);
-  for (int b = 0; b < blocks; ++b) {
-    const double block = static_cast<double>(sums[b]);
-    if (!(target < cum + block)) {
-      cum += block;
-      continue;
-    }
-    const int begin = b * kScanBlock;
-    const int end = min_of(begin + kScanBlock, vocab);
-    int last_nonzero = begin;
-    for (int i = begin; i < end; ++i) {
-      const float wi = w(i);
-      if (wi > 0.0f) {
-        cum += static_cast<double>(wi);
-        last_nonzero = i;
-        if (target < cum) return static_cast<token_t>(i);
-      }
-    }
-    return static_cast<token_t>(last_nonzero);
+/// Pass 1's block sums as the core's inverse CDF reads them: block b's sum is sums[b].
+struct SharedSums {
+  const float* sums;
+  SPECDEC_DEVICE float operator()(std::size_t begin, std::size_t) const {
+    return sums[begin / sampling::kScanBlock];
   }
-  for (int i = vocab; i-- > 0;) {
-    if (w(i) > 0.0f) return static_cast<token_t>(i);
-  }
-  return 0;
-}
-
-/// Sum of the first `blocks` block sums in order, in double (the core's pass-1 total).
-SPECDEC_DEVICE double ordered_total(const float* sums, int blocks) {
-  double total = 0;
-  for (int b = 0; b < blocks; ++b) total += static_cast<double>(sums[b]);
-  return total;
-}
+};
 
 /// Thread 0's outcome, returned in every thread. (VerifyOutcome has default member
 /// initialisers, which a __shared__ variable may not have: it travels as raw shared bytes.)
@@ -139,12 +107,10 @@ SPECDEC_DEVICE VerifyOutcome sample_plain_row(const float* p, int vocab, float u
       vocab, sums);
   VerifyOutcome out;
   if (threadIdx.x == 0) {
-    const double total = ordered_total(sums, scan_blocks(vocab));
-    if (sampling::detail::check_row(sampling::detail::RowStats{total, negative}, true,
-                                    static_cast<std::size_t>(row), out)) {
-      out.next = inverse_cdf_serial([&](int i) { return p[i]; }, vocab, sums, total,
-                                    static_cast<double>(u));
-    }
+    const auto V = static_cast<std::size_t>(vocab);
+    const SharedSums p_sums{sums};
+    const sampling::detail::RowStats stats{sampling::detail::sum_of_blocks(p_sums, V), negative};
+    out = sampling::detail::finish_plain(p, V, u, static_cast<std::size_t>(row), stats, p_sums);
   }
   return broadcast_outcome(out);
 }
@@ -168,21 +134,17 @@ SPECDEC_DEVICE VerifyOutcome sample_residual_row(const float* p, const float* q,
       vocab, sums);
   VerifyOutcome out;
   if (threadIdx.x == 0) {
-    const double total = ordered_total(sums, blocks);
-    const double p_sum = ordered_total(sums + blocks, blocks);
-    const double q_sum = ordered_total(sums + 2 * blocks, blocks);
-    const auto at = static_cast<std::size_t>(row);
-    if (sampling::detail::check_row({p_sum, negative_p}, true, at, out) &&
-        sampling::detail::check_row({q_sum, negative_q != 0}, false, at, out)) {
-      if (total > 0) {
-        out.next =
-            inverse_cdf_serial([&](int i) { return sampling::detail::positive_part(p[i] - q[i]); },
-                               vocab, sums, total, static_cast<double>(u));
-      } else {
-        out.next = inverse_cdf_serial([&](int i) { return p[i]; }, vocab, sums + blocks, p_sum,
-                                      static_cast<double>(u));
-      }
-    }
+    const auto V = static_cast<std::size_t>(vocab);
+    const SharedSums r_sums{sums};
+    const SharedSums p_sums{sums + blocks};
+    const SharedSums q_sums{sums + 2 * blocks};
+    const double total = sampling::detail::sum_of_blocks(r_sums, V);
+    const sampling::detail::RowStats p_stats{sampling::detail::sum_of_blocks(p_sums, V),
+                                             negative_p};
+    const sampling::detail::RowStats q_stats{sampling::detail::sum_of_blocks(q_sums, V),
+                                             negative_q != 0};
+    out = sampling::detail::finish_residual(p, q, V, u, static_cast<std::size_t>(row), total,
+                                            p_stats, q_stats, r_sums, p_sums);
   }
   return broadcast_outcome(out);
 }
@@ -201,20 +163,34 @@ SPECDEC_DEVICE VerifyOutcome sample_exclude_one_row(const float* p, int vocab, i
       vocab, sums);
   VerifyOutcome out;
   if (threadIdx.x == 0) {
-    const double total = ordered_total(sums, blocks);
-    const double p_sum = ordered_total(sums + blocks, blocks);
-    if (sampling::detail::check_row({p_sum, negative}, true, static_cast<std::size_t>(row), out)) {
-      if (total > 0) {
-        out.next = inverse_cdf_serial([&](int i) { return i == x ? 0.0f : p[i]; }, vocab, sums,
-                                      total, static_cast<double>(u));
-      } else {
-        out.next = inverse_cdf_serial([&](int i) { return p[i]; }, vocab, sums + blocks, p_sum,
-                                      static_cast<double>(u));
-      }
-    }
+    const auto V = static_cast<std::size_t>(vocab);
+    const SharedSums x_sums{sums};
+    const SharedSums p_sums{sums + blocks};
+    const sampling::detail::RowStats stats{sampling::detail::sum_of_blocks(p_sums, V), negative};
+    out = sampling::detail::finish_exclude_one(
+        p, V, static_cast<std::size_t>(x), u, static_cast<std::size_t>(row),
+        sampling::detail::sum_of_blocks(x_sums, V), stats, x_sums, p_sums);
   }
   return broadcast_outcome(out);
 }
+
+/// The core's row samplers (SerialRowSampler) done by a whole block: the verify loop
+/// (sampling::verify_loop) runs in every thread and calls these uniformly.
+struct BlockRowSampler {
+  int vocab;
+  float* sums;  ///< shared memory for 3 * scan_blocks(vocab) floats
+  SPECDEC_DEVICE VerifyOutcome plain(const float* p, float u, std::size_t row) const {
+    return sample_plain_row(p, vocab, u, static_cast<int>(row), sums);
+  }
+  SPECDEC_DEVICE VerifyOutcome residual(const float* p, const float* q, float u,
+                                        std::size_t row) const {
+    return sample_residual_row(p, q, vocab, u, static_cast<int>(row), sums);
+  }
+  SPECDEC_DEVICE VerifyOutcome exclude_one(const float* p, std::size_t x, float u,
+                                           std::size_t row) const {
+    return sample_exclude_one_row(p, vocab, static_cast<int>(x), u, static_cast<int>(row), sums);
+  }
+};
 
 // ------------------------------------------------------------------ argmax and selection
 
@@ -237,6 +213,30 @@ SPECDEC_DEVICE RowArgmax row_argmax(const float* row, int n) {
   // All -inf or NaN rows leave the sentinel index: report 0, as the host's argmax_row would.
   return RowArgmax{best.index == 0x7fffffff ? 0 : best.index, all_finite};
 }
+
+/// The core's greedy scan of a row (sampling::SerialGreedyScan) done by a block: the first bad
+/// entry (NaN / infinite; negative too unless the rows are raw logits), else the argmax (lowest
+/// index on ties), in every thread.
+struct BlockGreedyScan {
+  int vocab;
+  bool logits;
+  SPECDEC_DEVICE sampling::GreedyScan operator()(const float* row) const {
+    int bad = 0x7fffffff;
+    for (int j = static_cast<int>(threadIdx.x); j < vocab; j += static_cast<int>(blockDim.x)) {
+      const float v = row[j];
+      if ((!sampling::detail::finite(v) || (!logits && !(v >= 0.0f))) && j < bad) bad = j;
+    }
+    bad = block_all_reduce(bad, MinOp{});
+    sampling::GreedyScan scan{0, static_cast<std::size_t>(vocab), 0.0};
+    if (bad != 0x7fffffff) {
+      scan.bad = static_cast<std::size_t>(bad);
+      scan.bad_value = static_cast<double>(row[bad]);
+      return scan;
+    }
+    scan.argmax = static_cast<std::size_t>(row_argmax(row, vocab).index);
+    return scan;
+  }
+};
 
 /// Total order of floats as unsigned integers (larger float -> larger key).
 SPECDEC_DEVICE unsigned order_key(float v) {

@@ -32,6 +32,9 @@ struct CUgraph_st {
 struct CUgraphExec_st {
   std::vector<std::function<void()>> nodes;
 };
+struct CUevent_st {
+  bool recorded = false;  // the emulator runs work at once, so a recorded event is complete
+};
 
 namespace specdec::emu::detail {
 
@@ -264,6 +267,42 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete (*it)->graph;
   delete *it;
   streams.erase(it);
+  return cudaSuccess;
+}
+
+// Events: work runs when it is enqueued (outside captures), so every recorded event has
+// completed; a record on a capturing stream becomes a graph node. Waits are then no-ops, and
+// there is no cudaEventElapsedTime: emulated times would mean nothing.
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  if (event == nullptr) return record(cudaErrorInvalidValue);
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  return cudaEventCreate(event);
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  delete event;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  return record(specdec::emu::detail::enqueue(stream, [event] { event->recorded = true; }));
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  return event == nullptr ? record(cudaErrorInvalidResourceHandle) : cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  return record(specdec::emu::detail::check_not_capturing());
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  if (event == nullptr) return record(cudaErrorInvalidResourceHandle);
+  std::lock_guard lock(specdec::emu::detail::state().mutex);
+  if (!specdec::emu::detail::is_default_stream(stream) &&
+      specdec::emu::detail::state().streams.count(stream) == 0)
+    return record(cudaErrorInvalidResourceHandle);
   return cudaSuccess;
 }
 

@@ -12,11 +12,12 @@ void GraphCache::clear() {
   graphs_.clear();
 }
 
-bool GraphCache::run(std::uint64_t key, const std::function<void(cudaStream_t)>& record) {
+bool GraphCache::run(const GraphKey& key, const std::function<void(cudaStream_t)>& record) {
   if (auto it = graphs_.find(key); it != graphs_.end()) {
     SPECDEC_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     return false;
   }
+  if (graphs_.size() >= kMaxGraphs) clear();
   // Thread-local mode: only this thread's unsafe calls (synchronous copies, ...) break the capture.
   SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {

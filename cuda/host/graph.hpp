@@ -10,6 +10,10 @@
 // read them. The shape key names everything else that the capture baked in (token count, number
 // of attention splits); buffers that move (a reallocated logits buffer) invalidate all graphs.
 //
+// Work appended to a step (a StepEpilogue: the sampling kernels of cuda::DeviceSampler) is captured
+// with it; its own key joins the step's. Graphs of samplers that no longer exist are never
+// replayed (every sampler's keys are unique to it) and are dropped when the cache is full.
+//
 // The emulator implements capture and replay too (cuda/emu/runtime.cpp), so the tests check that
 // replayed steps compute the same logits as launched ones.
 
@@ -17,12 +21,27 @@
 
 #include <cstdint>
 #include <functional>
-#include <unordered_map>
+#include <map>
+#include <tuple>
 
 namespace specdec::cuda {
 
+/// What a captured step baked in: its token count, its number of attention splits and the key of
+/// the work appended to it (0: none).
+struct GraphKey {
+  int tokens = 0;
+  int splits = 0;
+  std::uint64_t epilogue = 0;
+  bool operator<(const GraphKey& o) const {
+    return std::tie(tokens, splits, epilogue) < std::tie(o.tokens, o.splits, o.epilogue);
+  }
+};
+
 class GraphCache {
  public:
+  /// Graphs kept at most; a full cache is emptied (re-capturing costs one direct launch each).
+  static constexpr std::size_t kMaxGraphs = 256;
+
   explicit GraphCache(cudaStream_t stream) : stream_(stream) {}
   ~GraphCache();
   GraphCache(const GraphCache&) = delete;
@@ -31,7 +50,7 @@ class GraphCache {
   /// Runs the work that `record` enqueues on the stream: the first time for `key` by capturing
   /// it into a graph and launching that, afterwards by replaying the graph. Returns true when it
   /// captured.
-  bool run(std::uint64_t key, const std::function<void(cudaStream_t)>& record);
+  bool run(const GraphKey& key, const std::function<void(cudaStream_t)>& record);
 
   /// Destroys every graph (their baked-in pointers are stale).
   void clear();
@@ -40,7 +59,7 @@ class GraphCache {
 
  private:
   cudaStream_t stream_;
-  std::unordered_map<std::uint64_t, cudaGraphExec_t> graphs_;
+  std::map<GraphKey, cudaGraphExec_t> graphs_;
 };
 
 }  // namespace specdec::cuda

@@ -16,7 +16,9 @@
 //   (+ residual) -> output GEMM into the logits rows.
 // GEMMs use the skinny kernel for n <= 16 and cuBLAS (activations converted to 16-bit) beyond.
 // Steps with n <= 16 are captured into CUDA graphs (host/graph.hpp) keyed by (n, attention
-// splits) and replayed.
+// splits, the key of appended work) and replayed. The token ids and the start position reach the
+// device through a ring of pinned staging slots, each reused only after the copies that last read
+// it have run (an event per slot), so consecutive steps are enqueued without waiting for the GPU.
 #include "specdec/cuda/transformer.hpp"
 
 #include <cuda_bf16.h>
@@ -50,6 +52,9 @@ namespace specdec::cuda {
 namespace {
 
 constexpr int kGraphMaxTokens = kernels::kSkinnyMaxTokens;
+/// Pinned staging slots for the per-step token ids and start position (a draft round enqueues up
+/// to k steps before the host waits).
+constexpr std::size_t kStagingSlots = 8;
 
 /// Bytes as GiB with two decimals, for messages.
 std::string gib(std::size_t bytes) {
@@ -196,8 +201,12 @@ struct Transformer::Impl {
   DeviceArray<float> logits;       // [logits_rows][vocab]
   std::size_t logits_rows = 0;
   std::size_t last_rows = 0;
-  PinnedArray<token_t> staging_tokens;
-  PinnedArray<int> staging_start;
+  // Staging ring: slot s holds the ids and start position of a step whose copies were
+  // enqueued before staging_done[s] was recorded.
+  PinnedArray<token_t> staging_tokens;  // [kStagingSlots][step_tokens]
+  PinnedArray<int> staging_start;       // [kStagingSlots]
+  cudaEvent_t staging_done[kStagingSlots] = {};
+  std::size_t staging_next = 0;
   PinnedArray<float> host_logits;
 
   std::unique_ptr<GraphCache> graphs;
@@ -206,6 +215,8 @@ struct Transformer::Impl {
   ~Impl() {
     graphs.reset();
     blas.reset();
+    for (cudaEvent_t e : staging_done)
+      if (e != nullptr) cudaEventDestroy(e);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
@@ -292,25 +303,41 @@ struct Transformer::Impl {
     gemm(head(), xn.get(), logits_out, n, c.vocab_size, dim, s);
   }
 
-  void step(std::span<const token_t> ids, float* logits_out) {
-    const int n = static_cast<int>(ids.size());
-    // The staging buffers are reused: the previous step's copies must have happened.
-    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::copy(ids.begin(), ids.end(), staging_tokens.get());
-    staging_start.get()[0] = static_cast<int>(cached);
-    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(tokens.get(), staging_tokens.get(),
-                                       ids.size() * sizeof(token_t), cudaMemcpyHostToDevice,
-                                       stream));
-    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(start.get(), staging_start.get(), sizeof(int),
-                                       cudaMemcpyHostToDevice, stream));
+  /// One step of n tokens: ids from the host (host_ids) or from device memory (device_ids),
+  /// logits into logits_out; `epilogue` (last step of a forward only) is enqueued after it, with
+  /// the forward's logits (forward_logits), and captured with it.
+  void step(const token_t* host_ids, const token_t* device_ids, int n, float* logits_out,
+            const float* forward_logits, const StepEpilogue* epilogue) {
+    // A staging slot is reused once the copies that last read it have run.
+    const std::size_t slot = staging_next++ % kStagingSlots;
+    SPECDEC_CUDA_CHECK(cudaEventSynchronize(staging_done[slot]));
+    token_t* ids = staging_tokens.get() + slot * step_tokens;
+    int* start_position = staging_start.get() + slot;
+    const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(token_t);
+    if (host_ids != nullptr) {
+      std::copy(host_ids, host_ids + n, ids);
+      SPECDEC_CUDA_CHECK(cudaMemcpyAsync(tokens.get(), ids, bytes, cudaMemcpyHostToDevice, stream));
+    } else {
+      SPECDEC_CUDA_CHECK(
+          cudaMemcpyAsync(tokens.get(), device_ids, bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+    *start_position = static_cast<int>(cached);
+    SPECDEC_CUDA_CHECK(
+        cudaMemcpyAsync(start.get(), start_position, sizeof(int), cudaMemcpyHostToDevice, stream));
+    SPECDEC_CUDA_CHECK(cudaEventRecord(staging_done[slot], stream));
 
     const int kv_len = static_cast<int>(cached) + n;
+    auto run_epilogue = [&](cudaStream_t s) {
+      if (epilogue != nullptr) epilogue->enqueue(s, forward_logits);
+    };
     if (n <= kGraphMaxTokens) {
       const int splits = kernels::attention_splits(kv_len, attention_chunk);
-      auto record = [&](cudaStream_t s) { layers_pass(n, attention_chunk, splits, logits_out, s); };
+      auto record = [&](cudaStream_t s) {
+        layers_pass(n, attention_chunk, splits, logits_out, s);
+        run_epilogue(s);
+      };
       if (options.cuda_graphs && logits_out == logits.get()) {
-        const std::uint64_t key =
-            static_cast<std::uint64_t>(n) | (static_cast<std::uint64_t>(splits) << 8);
+        const GraphKey key{n, splits, epilogue != nullptr ? epilogue->key : 0};
         ++(graphs->run(key, record) ? stats.captures : stats.replays);
       } else {
         record(stream);
@@ -320,9 +347,54 @@ struct Transformer::Impl {
       // Prefill: one split over the whole cache (parallelism comes from the many query rows).
       const int chunk = static_cast<int>((capacity + 31) / 32 * 32);
       layers_pass(n, chunk, 1, logits_out, stream);
+      run_epilogue(stream);
       ++stats.direct;
     }
-    cached += ids.size();
+    cached += static_cast<std::size_t>(n);
+  }
+
+  /// forward() for ids on the host or in device memory.
+  LogitsView forward(const token_t* host_ids, const token_t* device_ids, std::size_t count,
+                     const StepEpilogue* epilogue) {
+    const ModelConfig& c = config;
+    if (count == 0) throw Error("cuda::Transformer::forward: no tokens");
+    if (count > capacity - cached) {
+      throw Error(fmt::format(
+          "cuda::Transformer::forward: {} cached + {} new tokens exceed the context length {}",
+          cached, count, capacity));
+    }
+    if (host_ids != nullptr) {
+      for (std::size_t i = 0; i < count; ++i) {
+        if (host_ids[i] < 0 || static_cast<std::size_t>(host_ids[i]) >= c.vocab_size) {
+          throw Error(fmt::format(
+              "cuda::Transformer::forward: token {} (at {}) is outside the vocabulary [0, {})",
+              host_ids[i], i, c.vocab_size));
+        }
+      }
+    }
+    if (epilogue != nullptr && (epilogue->key == 0 || !epilogue->enqueue))
+      throw Error("cuda::Transformer::forward: a step epilogue needs a nonzero key and work");
+    if (count > logits_rows) {
+      SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffer may still be in use
+      logits_rows = std::max<std::size_t>(count, kGraphMaxTokens);
+      logits = DeviceArray<float>(logits_rows * c.vocab_size);
+      graphs->clear();  // they write into the old buffer
+    }
+    const std::size_t before = cached;
+    try {
+      for (std::size_t first = 0; first < count; first += step_tokens) {
+        const std::size_t n = std::min(step_tokens, count - first);
+        const bool last = first + n == count;
+        step(host_ids != nullptr ? host_ids + first : nullptr,
+             device_ids != nullptr ? device_ids + first : nullptr, static_cast<int>(n),
+             logits.get() + first * c.vocab_size, logits.get(), last ? epilogue : nullptr);
+      }
+    } catch (...) {
+      cached = before;
+      throw;
+    }
+    last_rows = count;
+    return LogitsView{logits.get(), count, c.vocab_size, Memory::device};
   }
 };
 
@@ -447,48 +519,24 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   m.attn_work = DeviceArray<float>(kernels::attention_workspace_floats(
       m.attention_max_splits, kGraphMaxTokens, static_cast<int>(c.n_heads),
       static_cast<int>(c.head_dim)));
-  m.staging_tokens = PinnedArray<token_t>(S);
-  m.staging_start = PinnedArray<int>(1);
+  m.staging_tokens = PinnedArray<token_t>(kStagingSlots * S);
+  m.staging_start = PinnedArray<int>(kStagingSlots);
+  for (cudaEvent_t& e : m.staging_done)
+    SPECDEC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
 
 Transformer::~Transformer() = default;
 Transformer::Transformer(Transformer&&) noexcept = default;
 Transformer& Transformer::operator=(Transformer&&) noexcept = default;
 
-LogitsView Transformer::forward(std::span<const token_t> tokens) {
-  Impl& m = *impl_;
-  const ModelConfig& c = m.config;
-  if (tokens.empty()) throw Error("cuda::Transformer::forward: no tokens");
-  if (tokens.size() > m.capacity - m.cached) {
-    throw Error(fmt::format(
-        "cuda::Transformer::forward: {} cached + {} new tokens exceed the context length {}",
-        m.cached, tokens.size(), m.capacity));
-  }
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= c.vocab_size) {
-      throw Error(fmt::format(
-          "cuda::Transformer::forward: token {} (at {}) is outside the vocabulary [0, {})",
-          tokens[i], i, c.vocab_size));
-    }
-  }
-  if (tokens.size() > m.logits_rows) {
-    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the old buffer may still be in use
-    m.logits_rows = std::max<std::size_t>(tokens.size(), kGraphMaxTokens);
-    m.logits = DeviceArray<float>(m.logits_rows * c.vocab_size);
-    m.graphs->clear();  // they write into the old buffer
-  }
-  const std::size_t before = m.cached;
-  try {
-    for (std::size_t first = 0; first < tokens.size(); first += m.step_tokens) {
-      const std::size_t n = std::min(m.step_tokens, tokens.size() - first);
-      m.step(tokens.subspan(first, n), m.logits.get() + first * c.vocab_size);
-    }
-  } catch (...) {
-    m.cached = before;
-    throw;
-  }
-  m.last_rows = tokens.size();
-  return LogitsView{m.logits.get(), tokens.size(), c.vocab_size, Memory::device};
+LogitsView Transformer::forward(std::span<const token_t> tokens, const StepEpilogue* epilogue) {
+  return impl_->forward(tokens.data(), nullptr, tokens.size(), epilogue);
+}
+
+LogitsView Transformer::forward(DeviceTokens tokens, const StepEpilogue* epilogue) {
+  if (tokens.data == nullptr && tokens.count > 0)
+    throw Error("cuda::Transformer::forward: device tokens without an address");
+  return impl_->forward(nullptr, tokens.data, tokens.count, epilogue);
 }
 
 void Transformer::rollback(std::size_t n) {
@@ -527,6 +575,7 @@ std::size_t Transformer::cached() const noexcept { return impl_->cached; }
 std::size_t Transformer::vocab_size() const noexcept { return impl_->config.vocab_size; }
 std::size_t Transformer::context_length() const noexcept { return impl_->capacity; }
 const ModelConfig& Transformer::config() const noexcept { return impl_->config; }
+const Options& Transformer::options() const noexcept { return impl_->options; }
 void* Transformer::stream() const noexcept { return impl_->stream; }
 Transformer::GraphStats Transformer::graph_stats() const noexcept { return impl_->stats; }
 

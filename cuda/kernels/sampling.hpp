@@ -23,6 +23,19 @@
 
 namespace specdec::cuda::kernels {
 
+/// The per-call values of the sampling kernels: processing parameters and the Philox uniforms'
+/// (seed, stream, counter). Launched directly they travel as kernel arguments (the overloads
+/// below that take them by value). A kernel captured into a CUDA graph replays the arguments it
+/// was captured with, so the overloads taking `const RoundArgs*` read them from device memory at
+/// run time instead; cuda::DeviceSampler writes them there once per round and captures its
+/// kernels into the models' step graphs (docs/cuda.md, section 7).
+struct RoundArgs {
+  sampling::SamplingParams params{};
+  std::uint64_t seed = 0;
+  std::uint64_t stream = 0;   ///< Philox stream of row (or sequence) 0; row r uses stream + r
+  std::uint64_t counter = 0;  ///< Philox counter of the call
+};
+
 /// probs[r] = the processed distribution of logits[r] (rows x vocab), as process_logits on the
 /// host; bad_logit[r] = -1, or the index of the first NaN / infinite logit of the row (then
 /// probs[r] is unspecified).
@@ -61,6 +74,33 @@ void verify_chain_onehot(const float* p, const token_t* draft, int batch, int k,
 void verify_chain_greedy(const float* rows, bool rows_are_logits, const token_t* draft, int batch,
                          int k, int vocab, std::int32_t* accepted, token_t* emitted,
                          sampling::VerifyOutcome* outcome, cudaStream_t stream, int threads = 256);
+
+// ---- the same kernels with their per-call values in device memory (graph-capturable)
+
+/// process_logits with args->params; bad_value[r] (if not null) = the offending logit.
+void process_logits(const float* logits, int rows, int vocab, const RoundArgs* args, float* probs,
+                    int* bad_logit, float* bad_value, cudaStream_t stream, int threads = 256);
+
+/// The per-round values of a cuda::DeviceSampler, in device memory: both streams' arguments and
+/// the slot of the next drafted token, which draft_sample advances (so that one captured graph
+/// serves every slot).
+struct SamplerRound {
+  RoundArgs draft;        ///< the draft stream, counter of slot 0 (slot s draws at counter + s)
+  RoundArgs target;       ///< the target stream, counter of this round's verify
+  std::int32_t slot = 0;  ///< next drafted token's slot; each draft_sample advances it
+};
+
+/// Draft sampling of one row for a DeviceSampler: s = round->slot; q[s] = processed(logits row),
+/// tokens[s] = a sample of it (uniform at (draft.seed, draft.stream, draft.counter + s); greedy:
+/// the argmax), bad_logit[s] / bad_value[s] as in process_logits; then round->slot = s + 1.
+void draft_sample(const float* logits, int vocab, SamplerRound* round, float* q, token_t* tokens,
+                  int* bad_logit, float* bad_value, cudaStream_t stream, int threads = 256);
+
+/// verify_chain (q not null) or verify_chain_onehot (q null) with sequence b on stream
+/// args->stream + b at counters args->counter + 0 ... k.
+void verify_chain(const float* p, const float* q, const token_t* draft, int batch, int k, int vocab,
+                  const RoundArgs* args, std::int32_t* accepted, token_t* emitted,
+                  sampling::VerifyOutcome* outcome, cudaStream_t stream, int threads = 256);
 
 /// Copies B outcomes to the host (waiting for the stream) and throws specdec::Error for the first
 /// sequence with an error, naming it, like the host's batched entry points.

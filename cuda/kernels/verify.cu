@@ -1,15 +1,18 @@
 // Fused chain verification for B sequences (see sampling.hpp): one block per sequence.
 //
-// The acceptance tests are k scalar comparisons; every thread evaluates them (redundantly, so
-// that no broadcast is needed and control flow stays uniform for the barriers that follow). Only
-// the row that is sampled from (the residual at the first rejection, or the bonus row) is read in
-// full: its lane-order block sums are computed by the whole block (groups of 8 threads per
-// 256-entry block), and thread 0 runs the serial double-precision part of the core's inverse CDF.
-// So a call reads k entries of p and q plus one or two rows: the same work as the host, in
-// parallel. Greedy verification takes a block-wide argmax per row instead.
+// Each block runs the sampling core's own verify loop (sampling::verify_loop, and
+// sampling::verify_greedy_loop for greedy): the acceptance tests are k scalar comparisons that
+// every thread evaluates (redundantly, so that no broadcast is needed and control flow stays
+// uniform for the barriers that follow). Only the row that is sampled from (the residual at the
+// first rejection, or the bonus row) is read in full, by the block-wide row sampler: its
+// lane-order block sums are computed by the whole block (groups of 8 threads per 256-entry
+// block), and thread 0 runs the core's serial inverse CDF on them. So a call reads k entries of
+// p and q plus one or two rows: the same work as the host, in parallel. Greedy verification
+// scans each row with a block-wide argmax instead.
 #include <vector>
 
 #include "common/check.hpp"
+#include "common/round_args.cuh"
 #include "common/sampling.cuh"
 #include "kernels/sampling.hpp"
 #include "specdec/sampling/batch.hpp"
@@ -29,59 +32,21 @@ SPECDEC_DEVICE void store(const VerifyOutcome& out, const token_t* draft, int k,
   outcome[b] = out;
 }
 
-// kOneHot: q is a point mass at each drafted token (verify_chain_onehot_row), else q rows are read.
-template <bool kOneHot>
+// q == nullptr: point-mass proposals (verify_chain_onehot_row), else q rows are read.
+template <class Args>
 __global__ void verify_kernel(const float* p, const float* q, const token_t* draft, int k,
-                              int vocab, std::uint64_t seed, std::uint64_t counter,
-                              std::int32_t* accepted, token_t* emitted, VerifyOutcome* outcome) {
+                              int vocab, Args args, std::int32_t* accepted, token_t* emitted,
+                              VerifyOutcome* outcome) {
   SPECDEC_DYNAMIC_SHARED(float, sums);
+  const RoundArgs a = args.get();
   const std::size_t b = blockIdx.x;
   const std::size_t V = static_cast<std::size_t>(vocab);
-  const float* pb = p + b * (k + 1) * V;
-  const float* qb = kOneHot ? nullptr : q + b * k * V;
-  const token_t* db = draft + b * k;
-  const sampling::PhiloxUniforms uniform{seed, b, counter};
-
-  VerifyOutcome out;
-  bool failed = !sampling::check_draft(db, static_cast<std::size_t>(k), V, out);
-  int rejected = k;
-  for (int i = 0; i < k && !failed; ++i) {
-    const auto x = static_cast<std::size_t>(db[i]);
-    const float p_x = pb[i * V + x];
-    if (!sampling::detail::finite(p_x) || !(p_x >= 0.0f)) {
-      out = sampling::detail::fail(sampling::VerifyError::p_value_bad, static_cast<std::size_t>(i),
-                                   p_x);
-      failed = true;
-      break;
-    }
-    float q_x = 1.0f;
-    if constexpr (!kOneHot) {
-      q_x = qb[i * V + x];
-      if (!sampling::detail::finite(q_x) || !(q_x >= 0.0f)) {
-        out = sampling::detail::fail(sampling::VerifyError::q_value_bad,
-                                     static_cast<std::size_t>(i), q_x);
-        failed = true;
-        break;
-      }
-    }
-    if (sampling::accept_draft(uniform(static_cast<std::size_t>(i)), p_x, q_x)) continue;
-    rejected = i;
-    break;
-  }
-  if (!failed) {  // uniform over the block: every thread took the same decisions
-    const float u = uniform(static_cast<std::size_t>(k));
-    if (rejected < k) {
-      const float* pr = pb + rejected * V;
-      if constexpr (kOneHot) {
-        out = sampling_device::sample_exclude_one_row(pr, vocab, db[rejected], u, rejected, sums);
-      } else {
-        out = sampling_device::sample_residual_row(pr, qb + rejected * V, vocab, u, rejected, sums);
-      }
-    } else {
-      out = sampling_device::sample_plain_row(pb + k * V, vocab, u, k, sums);
-    }
-    out.accepted = static_cast<std::size_t>(rejected);
-  }
+  const std::size_t K = static_cast<std::size_t>(k);
+  const token_t* db = draft + b * K;
+  const sampling::PhiloxUniforms uniform{a.seed, a.stream + b, a.counter};
+  const VerifyOutcome out =
+      sampling::verify_loop(p + b * (K + 1) * V, q == nullptr ? nullptr : q + b * K * V, db, K, V,
+                            uniform, sampling_device::BlockRowSampler{vocab, sums});
   store(out, db, k, accepted, emitted, outcome);
 }
 
@@ -90,31 +55,10 @@ __global__ void verify_greedy_kernel(const float* rows, bool logits, const token
                                      VerifyOutcome* outcome) {
   const std::size_t b = blockIdx.x;
   const std::size_t V = static_cast<std::size_t>(vocab);
-  const token_t* db = draft + b * k;
-  VerifyOutcome out;
-  if (sampling::check_draft(db, static_cast<std::size_t>(k), V, out)) {
-    for (int i = 0; i <= k; ++i) {
-      const float* row = rows + (b * (k + 1) + i) * V;
-      // The first entry the host's check would reject: NaN / infinite (and, for p, negative).
-      int bad = 0x7fffffff;
-      for (int j = static_cast<int>(threadIdx.x); j < vocab; j += static_cast<int>(blockDim.x)) {
-        const float v = row[j];
-        if ((!sampling::detail::finite(v) || (!logits && !(v >= 0.0f))) && j < bad) bad = j;
-      }
-      bad = block_all_reduce(bad, MinOp{});
-      if (bad != 0x7fffffff) {
-        out = sampling::detail::fail(sampling::VerifyError::p_row_bad, static_cast<std::size_t>(i),
-                                     row[bad]);
-        break;
-      }
-      const auto best = static_cast<token_t>(sampling_device::row_argmax(row, vocab).index);
-      if (i == k || db[i] != best) {
-        out.accepted = static_cast<std::size_t>(i);
-        out.next = best;
-        break;
-      }
-    }
-  }
+  const std::size_t K = static_cast<std::size_t>(k);
+  const token_t* db = draft + b * K;
+  const VerifyOutcome out = sampling::verify_greedy_loop(
+      rows + b * (K + 1) * V, db, K, V, sampling_device::BlockGreedyScan{vocab, logits});
   store(out, db, k, accepted, emitted, outcome);
 }
 
@@ -125,34 +69,45 @@ void check_launch_shape(const char* what, int batch, int k, int vocab, int threa
     throw Error(std::string(what) + ": bad block size");
 }
 
+template <class Args>
+void launch_verify(const char* what, const float* p, const float* q, const token_t* draft,
+                   int batch, int k, int vocab, Args args, std::int32_t* accepted, token_t* emitted,
+                   VerifyOutcome* outcome, cudaStream_t stream, int threads) {
+  check_launch_shape(what, batch, k, vocab, threads);
+  if (batch == 0) return;
+  const std::size_t smem =
+      3 * static_cast<std::size_t>(sampling_device::scan_blocks(vocab)) * sizeof(float);
+  launch(verify_kernel<Args>, dim3(static_cast<unsigned>(batch)),
+         dim3(static_cast<unsigned>(threads)), smem, stream, p, q, draft, k, vocab, args, accepted,
+         emitted, outcome);
+  SPECDEC_CUDA_CHECK_LAUNCH("verify_kernel");
+}
+
 }  // namespace
 
 void verify_chain(const float* p, const float* q, const token_t* draft, int batch, int k, int vocab,
                   std::uint64_t seed, std::uint64_t counter, std::int32_t* accepted,
                   token_t* emitted, sampling::VerifyOutcome* outcome, cudaStream_t stream,
                   int threads) {
-  check_launch_shape("verify_chain", batch, k, vocab, threads);
-  if (batch == 0) return;
-  const std::size_t smem =
-      3 * static_cast<std::size_t>(sampling_device::scan_blocks(vocab)) * sizeof(float);
-  launch(verify_kernel<false>, dim3(static_cast<unsigned>(batch)),
-         dim3(static_cast<unsigned>(threads)), smem, stream, p, q, draft, k, vocab, seed, counter,
-         accepted, emitted, outcome);
-  SPECDEC_CUDA_CHECK_LAUNCH("verify_kernel");
+  launch_verify("verify_chain", p, q, draft, batch, k, vocab,
+                ImmediateArgs{{sampling::SamplingParams{}, seed, 0, counter}}, accepted, emitted,
+                outcome, stream, threads);
 }
 
 void verify_chain_onehot(const float* p, const token_t* draft, int batch, int k, int vocab,
                          std::uint64_t seed, std::uint64_t counter, std::int32_t* accepted,
                          token_t* emitted, sampling::VerifyOutcome* outcome, cudaStream_t stream,
                          int threads) {
-  check_launch_shape("verify_chain_onehot", batch, k, vocab, threads);
-  if (batch == 0) return;
-  const std::size_t smem =
-      3 * static_cast<std::size_t>(sampling_device::scan_blocks(vocab)) * sizeof(float);
-  launch(verify_kernel<true>, dim3(static_cast<unsigned>(batch)),
-         dim3(static_cast<unsigned>(threads)), smem, stream, p, static_cast<const float*>(nullptr),
-         draft, k, vocab, seed, counter, accepted, emitted, outcome);
-  SPECDEC_CUDA_CHECK_LAUNCH("verify_kernel (one-hot)");
+  launch_verify("verify_chain_onehot", p, static_cast<const float*>(nullptr), draft, batch, k,
+                vocab, ImmediateArgs{{sampling::SamplingParams{}, seed, 0, counter}}, accepted,
+                emitted, outcome, stream, threads);
+}
+
+void verify_chain(const float* p, const float* q, const token_t* draft, int batch, int k, int vocab,
+                  const RoundArgs* args, std::int32_t* accepted, token_t* emitted,
+                  sampling::VerifyOutcome* outcome, cudaStream_t stream, int threads) {
+  launch_verify(q != nullptr ? "verify_chain" : "verify_chain_onehot", p, q, draft, batch, k, vocab,
+                DeviceArgs{args, 0}, accepted, emitted, outcome, stream, threads);
 }
 
 void verify_chain_greedy(const float* rows, bool rows_are_logits, const token_t* draft, int batch,

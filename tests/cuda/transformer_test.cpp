@@ -173,3 +173,52 @@ TEST_CASE("cuda::Transformer error contract and host copies", "[cuda-emu][transf
   CHECK_THROWS_WITH(specdec::cuda::Transformer(model->config, model->store, options),
                     Catch::Contains("2^31 - 1"));
 }
+
+TEST_CASE("cuda::Transformer takes token ids in device memory and captures step epilogues",
+          "[cuda-emu][transformer]") {
+  const auto model = load_f16("draft-f32.gguf");
+  if (!model) {
+    WARN("tinyllama-pair not found: skipped");
+    return;
+  }
+  auto options = emulator_friendly();
+  options.context_length = 32;
+  specdec::cuda::Transformer m(model->config, model->store, options);
+  const std::size_t vocab = m.vocab_size();
+  const auto p = prompt(6);
+  (void)m.forward(std::span(p).first(4));
+
+  // The same step from host ids and from device ids: the same bits.
+  const std::vector<token_t> ids = {p[4], p[5]};
+  const auto from_host = host_copy(m, m.forward(ids));
+  m.rollback(4);
+  specdec::test::DeviceBuffer<token_t> device_ids(ids);
+  const auto from_device =
+      host_copy(m, m.forward(specdec::DeviceTokens{device_ids.get(), ids.size()}));
+  REQUIRE(std::memcmp(from_host.data(), from_device.data(), from_host.size() * 4) == 0);
+  CHECK(m.cached() == 6);
+
+  // An epilogue that copies the step's last logits row: captured with the step, then replayed
+  // for another step of the same shape, where it copies that step's row (it reads the logits
+  // buffer at its fixed address).
+  specdec::test::DeviceBuffer<float> last_row(vocab);
+  specdec::cuda::StepEpilogue epilogue;
+  epilogue.key = 42;
+  epilogue.enqueue = [&](void* stream, const float* logits) {
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(last_row.get(), logits + vocab, vocab * sizeof(float),
+                                       cudaMemcpyDeviceToDevice,
+                                       static_cast<cudaStream_t>(stream)));
+  };
+  const auto before = m.graph_stats();
+  for (const token_t t : {7, 8}) {
+    m.rollback(4);
+    const auto rows = host_copy(m, m.forward(std::vector<token_t>{p[4], t}, &epilogue));
+    const auto copied = last_row.download();
+    REQUIRE(std::memcmp(copied.data(), rows.data() + vocab, vocab * 4) == 0);
+  }
+  CHECK(m.graph_stats().captures == before.captures + 1);
+  CHECK(m.graph_stats().replays == before.replays + 1);
+  specdec::cuda::StepEpilogue keyless;
+  keyless.enqueue = epilogue.enqueue;
+  CHECK_THROWS_AS(m.forward(std::vector<token_t>{1}, &keyless), specdec::Error);
+}

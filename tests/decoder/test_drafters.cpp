@@ -12,7 +12,6 @@
 #include "specdec_test.hpp"
 
 using specdec::AdaptiveDraftLength;
-using specdec::DraftProposal;
 using specdec::GenerationConfig;
 using specdec::NGramDrafter;
 using specdec::StopReason;
@@ -24,11 +23,9 @@ using specdec::test::one_hot_logits;
 namespace {
 
 std::vector<token_t> ngram_draft(const NGramDrafter& d, std::vector<token_t> seq, std::size_t k) {
-  DraftProposal out;
-  specdec::sampling::PhiloxStream rng(0, 0);
-  d.draft(seq, k, {}, rng, out);
-  CHECK(out.q.empty());  // point-mass proposals
-  return out.tokens;
+  std::vector<token_t> out;
+  d.propose(seq, k, out);
+  return out;
 }
 
 }  // namespace

@@ -1,19 +1,20 @@
 #pragma once
-// Speculative sampling on the device, for logits in device memory (cuda::Transformer::forward):
-// draft tokens are drawn and target rows verified by the sampling kernels, so that per round
-// only the drafted tokens (one int each), the accepted count and the next token cross between
-// host and device. Decisions follow the sampling core's conventions exactly (docs/math.md):
-//   draft(): q = processed(logits row), token = inverse-CDF sample of q with
-//            philox_uniform(seed, stream, counter), as sample_from on the host (greedy: argmax);
-//   verify(): p_0 ... p_k = processed(target rows), then verify_chain with the uniforms
-//            (seed, stream 0, counter + 0 ... counter + k), as the host's verify_chain with
-//            PhiloxStream(seed, 0, counter); greedy parameters verify against the raw logits'
-//            argmax.
-// Given the same processed distributions the host core makes the same decisions bit for bit
-// (docs/cuda.md, section 7); the distributions themselves are computed on the device and differ
-// from the host's process_logits by rounding.
+// cuda::DeviceSampler: the RoundSampler (decoder/sampler.hpp) of models whose logits live in
+// device memory (cuda::Transformer). A round runs on the device end to end:
+//   draft    each draft step is the draft model's forward with the draft sampling kernel
+//            appended (a StepEpilogue), captured together into one CUDA graph per step shape;
+//            the drafted token is written to device memory and the next step reads it from there;
+//   verify   the target's forward over [last token, x_1 .. x_k] (read from device memory) with
+//            the processing of its k + 1 rows and the fused verification appended, again one
+//            graph per shape (greedy: the verification reads the raw logits' argmax);
+//   result   one copy to the host per round: the accepted count, the next token and the drafted
+//            tokens (for the round's record), with any NaN / infinity the kernels found.
+// Decisions follow the sampling core's conventions exactly (docs/math.md): the same Philox
+// streams and counters as HostSampler (kTargetStream, kDraftStream), and given the same processed
+// distributions the same decisions bit for bit (docs/cuda.md, section 7). The distributions are
+// computed on the device and differ from the host's process_logits by rounding.
 //
-// No CUDA header: the stream is passed as void* (a cudaStream_t, e.g. Transformer::stream()).
+// No CUDA header: streams travel as void* (cudaStream_t).
 
 #include <cstddef>
 #include <cstdint>
@@ -22,40 +23,57 @@
 #include <vector>
 
 #include "specdec/common.hpp"
+#include "specdec/decoder/sampler.hpp"
 #include "specdec/model/causal_lm.hpp"
 #include "specdec/sampling/process.hpp"
-#include "specdec/sampling/verify.hpp"
 
 namespace specdec::cuda {
 
+class Transformer;
+
 class DeviceSampler {
  public:
-  /// Buffers for rows of `vocab` entries and up to `max_k` drafted tokens per round.
-  DeviceSampler(std::size_t vocab, std::size_t max_k, void* stream);
+  static constexpr Memory memory = Memory::device;
+
+  /// A sampler for sequences whose target is `target` (its vocabulary, stream and
+  /// Options::sampling_threads), drafting up to max_k tokens per round.
+  DeviceSampler(const Transformer& target, std::size_t max_k);
+  /// The same for rows of `vocab` logits, work enqueued on `stream` (a cudaStream_t), `threads`
+  /// per block of the sampling kernels.
+  DeviceSampler(std::size_t vocab, std::size_t max_k, void* stream, int threads = 256);
   ~DeviceSampler();
   DeviceSampler(DeviceSampler&&) noexcept;
   DeviceSampler& operator=(DeviceSampler&&) noexcept;
   DeviceSampler(const DeviceSampler&) = delete;
   DeviceSampler& operator=(const DeviceSampler&) = delete;
 
-  /// Draws drafted token number `slot` (0 <= slot < max_k) from row `row` of the draft's device
-  /// logits and keeps its processed distribution q_slot for verify(). Throws specdec::Error on a
-  /// NaN / infinite logit or bad arguments.
-  token_t draft(const LogitsView& logits, std::size_t row, std::size_t slot,
-                const sampling::SamplingParams& params, std::uint64_t seed, std::uint64_t stream,
-                std::uint64_t counter);
+  // ---- RoundSampler (see decoder/sampler.hpp)
+  void begin(const sampling::SamplingParams& params, std::uint64_t seed);
+  void set_params(const sampling::SamplingParams& params);
+  void begin_round(token_t last);
+  /// Feeds `feed` (host tokens) to the draft model and draws x_1 from its last row, on the device.
+  void draft(Transformer& model, std::span<const token_t> feed, std::size_t position);
+  /// Feeds the last drafted token (from device memory) and draws the next one.
+  void draft_next(Transformer& model, std::size_t position);
+  void propose(std::span<const token_t> tokens);
+  /// [last token, x_1 .. x_k] in device memory.
+  TargetInput target_input(std::size_t k);
+  /// Verifies against k + 1 rows of device logits the caller computed (e.g. a batched forward).
+  RoundVerdict verify(const LogitsView& target, std::size_t k, Proposal proposal,
+                      std::size_t position);
+  /// The target's forward over target_input(k) with the verification captured into its graph.
+  RoundVerdict verify_forward(Transformer& target, std::size_t k, Proposal proposal,
+                              std::size_t position);
+  /// The device's work is asynchronous: its time is not split off (the wait for the round's
+  /// result counts as verify time).
+  double take_seconds() { return 0.0; }
 
-  /// Verifies `drafted` (k tokens, q_0 ... q_(k-1) from draft()) against the k + 1 rows of the
-  /// target's device logits. Uses the uniforms (seed, stream 0) at counter ... counter + k.
-  /// Throws specdec::Error as the host's verify_chain does.
-  sampling::VerifyResult verify(const LogitsView& target, std::span<const token_t> drafted,
-                                const sampling::SamplingParams& params, std::uint64_t seed,
-                                std::uint64_t counter);
-
-  /// Copies of the distributions the last calls used (k rows of q, k + 1 rows of p; for tests
-  /// and diagnostics). p is empty after a greedy verify (it verifies the logits directly).
+  // ---- diagnostics (they wait for the device)
+  /// q_0 .. q_(k-1) of the last round's drafts; p_0 .. p_k of its verify (empty after a greedy
+  /// verify, which reads the logits directly).
   [[nodiscard]] std::vector<float> q_rows(std::size_t k) const;
   [[nodiscard]] std::vector<float> p_rows(std::size_t k) const;
+  [[nodiscard]] std::size_t max_k() const noexcept;
 
  private:
   struct Impl;
@@ -63,3 +81,14 @@ class DeviceSampler {
 };
 
 }  // namespace specdec::cuda
+
+namespace specdec {
+
+template <>
+struct SamplerFor<Memory::device> {
+  using type = cuda::DeviceSampler;
+};
+
+static_assert(RoundSampler<cuda::DeviceSampler>);
+
+}  // namespace specdec

@@ -2,9 +2,12 @@
 // The CUDA backend: a Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) on one GPU, with its
 // weights uploaded once (f16 or bf16) and its KV cache in device memory.
 //
-// forward(tokens) returns the logits in DEVICE memory (LogitsView::where == Memory::device): the
-// fused sampling kernels consume them there, and only accepted counts and next tokens need to
-// cross to the host. logits_to_host() / copy_logits_to_host() copy them explicitly.
+// forward(tokens) returns the logits in DEVICE memory (LogitsView::where == Memory::device; the
+// type declares it: logits_memory = Memory::device): the decoders sample them there with
+// cuda::DeviceSampler (cuda/sampler.hpp), and only accepted counts and emitted tokens cross to
+// the host. forward() also takes token ids that are already in device memory (DeviceTokens: the
+// drafted tokens) and work to append to the step and capture with it (StepEpilogue: the sampling
+// kernels). logits_to_host() / copy_logits_to_host() copy the logits explicitly.
 //
 // Steps of 1 to 16 tokens (decode, verify) use the memory-bound kernels (skinny GEMM, split-K
 // attention) and are replayed from CUDA graphs captured once per shape; longer inputs (prefill)
@@ -17,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -47,10 +51,26 @@ struct Options {
   int norm_threads = 0;
   int gemm_warps = 0;
   int attention_warps = 0;
+  /// Threads per block of the sampling kernels of a DeviceSampler over this model (0: 256).
+  int sampling_threads = 0;
+};
+
+/// Work appended to a forward's last step, on the model's stream, and captured with it into the
+/// step's CUDA graph (docs/cuda.md, section 6): enqueue(stream, logits) with the stream (a
+/// cudaStream_t) and the device address of the forward's logits (rows x vocab). A replay repeats
+/// the launches with the arguments fixed at capture, so whatever changes between replays must be
+/// read from device memory. `key` (nonzero, unique to the owner of the buffers the work uses)
+/// names the work's shape: it joins the step's graph key.
+struct StepEpilogue {
+  std::uint64_t key = 0;
+  std::function<void(void* stream, const float* logits)> enqueue;
 };
 
 class Transformer {
  public:
+  /// forward() returns device logits: decoders over this model sample with DeviceSampler.
+  static constexpr Memory logits_memory = Memory::device;
+
   /// Uploads the weights (any dtype the model files use: F32, F16, BF16, Q8_0, Q4_0, Q4_K are
   /// converted to Options::weights on the host first) and allocates the KV cache. Throws
   /// specdec::Error on a missing tensor, a wrong shape, or a CUDA error (named).
@@ -67,7 +87,10 @@ class Transformer {
   /// memory, valid until the next call. Work is enqueued on stream(); the view may be used by
   /// further work on that stream (or after synchronize()). Throws specdec::Error, leaving the
   /// cache unchanged, on an empty span, a token id outside [0, vocab_size) or a context overflow.
-  LogitsView forward(std::span<const token_t> tokens);
+  LogitsView forward(std::span<const token_t> tokens, const StepEpilogue* epilogue = nullptr);
+  /// The same with token ids already in device memory (e.g. written by a sampling kernel: they
+  /// are not validated on the host; an id outside the vocabulary gives NaN logits).
+  LogitsView forward(DeviceTokens tokens, const StepEpilogue* epilogue = nullptr);
 
   /// Keeps the first n cached positions. O(1). Throws specdec::Error when n > cached().
   void rollback(std::size_t n);
@@ -85,6 +108,7 @@ class Transformer {
   [[nodiscard]] std::size_t vocab_size() const noexcept;
   [[nodiscard]] std::size_t context_length() const noexcept;
   [[nodiscard]] const ModelConfig& config() const noexcept;
+  [[nodiscard]] const Options& options() const noexcept;
   /// The cudaStream_t all work is enqueued on (as void*: this header includes no CUDA header).
   [[nodiscard]] void* stream() const noexcept;
   /// Device bytes held: weights, KV cache, activation buffers.
@@ -104,27 +128,7 @@ class Transformer {
 
 static_assert(CausalLM<Transformer>);
 
-/// A Transformer seen through host logits: forward() runs the model and copies the rows to the
-/// host (Memory::host). For consumers that sample on the host, such as the decoders until the
-/// device sampling path is used; costs one device-to-host copy of rows x vocab floats per call.
-class HostLogits {
- public:
-  explicit HostLogits(Transformer& model) : model_(&model) {}
-
-  LogitsView forward(std::span<const token_t> tokens) {
-    (void)model_->forward(tokens);
-    return model_->logits_to_host();
-  }
-  void rollback(std::size_t n) { model_->rollback(n); }
-  [[nodiscard]] std::size_t cached() const noexcept { return model_->cached(); }
-  [[nodiscard]] std::size_t vocab_size() const noexcept { return model_->vocab_size(); }
-  [[nodiscard]] std::size_t context_length() const noexcept { return model_->context_length(); }
-  [[nodiscard]] Transformer& model() const noexcept { return *model_; }
-
- private:
-  Transformer* model_;
-};
-
-static_assert(CausalLM<HostLogits>);
-
 }  // namespace specdec::cuda
+
+// The device sampler of sequences over this model (SamplerFor<Memory::device>).
+#include "specdec/cuda/sampler.hpp"  // IWYU pragma: export

@@ -1,21 +1,21 @@
 #pragma once
 // Drafters: what proposes the k tokens that the target verifies.
 //
-//  - ModelDrafter<M> wraps any CausalLM (a small draft model). It samples each drafted token from
-//    its processed distribution q (the same SamplingParams as the target) and keeps the k rows
-//    of q for verify_chain.
+//  - ModelDrafter<M> wraps any CausalLM (a small draft model). It feeds the model and lets the
+//    sequence's RoundSampler draw each drafted token from the model's logits (the sampler keeps
+//    the rows of q for verification, on the host or on the device).
 //  - NGramDrafter is model-free prompt lookup: it proposes the continuation of the longest recent
 //    n-gram match in the sequence. Its proposals are deterministic, i.e. q is a point mass at each
-//    drafted token, which verify_chain_onehot handles exactly.
+//    drafted token, which the verifier handles exactly.
+//  - NoDrafter proposes nothing: every round is one plain target step (AutoregressiveDecoder).
 //  - AdaptiveDraftLength chooses k for the next round from the running acceptance.
 //
-// The Drafter concept below is what SpeculativeDecoder talks to. The sequence passed to start()
-// and draft() is always the decoder's whole sequence (prompt + generated), and the drafter keeps
-// whatever state it wants as a prefix of it; keep(n) says that only the first n tokens are still
-// valid (the rest was rejected).
+// The Drafter concept below is what a SpeculativeSession talks to. The sequence passed to start(),
+// extend() and draft() is always the session's whole sequence (prompt + generated), and the
+// drafter keeps whatever state it wants as a prefix of it; keep(n) says that only the first n
+// tokens are still valid (the rest was rejected).
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -24,48 +24,43 @@
 #include <vector>
 
 #include "specdec/common.hpp"
-#include "specdec/decoder/generation.hpp"
-#include "specdec/decoder/telemetry.hpp"
+#include "specdec/decoder/sampler.hpp"
 #include "specdec/model/causal_lm.hpp"
-#include "specdec/sampling/philox.hpp"
-#include "specdec/sampling/process.hpp"
-#include "specdec/sampling/verify.hpp"
 
 namespace specdec {
 
-/// What a drafter proposes in one round.
-struct DraftProposal {
-  std::vector<token_t> tokens;  ///< x_1 .. x_k' (k' <= the k asked for; 0 is allowed)
-  /// k' x V processed draft distributions x_i was sampled from (row i-1 for x_i), or empty:
-  /// the proposal is deterministic (q is a point mass at each x_i).
-  std::vector<float> q;
+/// What a drafter did in one round: `count` tokens handed to the sampler (count <= the k asked
+/// for; 0 is allowed and makes the round a plain target step), how, and at what cost.
+struct DraftResult {
+  std::size_t count = 0;
+  Proposal proposal = Proposal::point_mass;
   std::size_t forward_passes = 0;  ///< draft model forward calls made for this proposal
-  double sampling_seconds = 0;     ///< of the drafter's time, logit processing and sampling
-
-  void clear() {
-    tokens.clear();
-    q.clear();
-    forward_passes = 0;
-    sampling_seconds = 0;
-  }
 };
 
 /// A source of drafted tokens.
-///  - vocab_size(): the vocabulary its tokens and q rows index, or 0 when it only proposes
-///    tokens taken from the sequence (any vocabulary);
+///  - vocab_size(): the vocabulary its tokens index, or 0 when it only proposes tokens taken from
+///    the sequence (any vocabulary);
 ///  - max_draft(n): the most tokens it can propose when the sequence has n tokens (context limit);
-///  - start(prompt): a new sequence begins (prefill);
-///  - draft(sequence, k, params, rng, out): propose up to k tokens continuing the sequence;
-///  - keep(n): only the sequence's first n tokens are still valid (roll back the rest).
+///  - start(prompt): a new sequence begins (reset, prefill);
+///  - extend(sequence): the sequence grew by tokens it has not seen (a conversation's next turn):
+///    catch up, reusing what it holds;
+///  - keep(n): only the sequence's first n tokens are still valid (roll back the rest);
+///  - draft(sequence, k, sampler) -> DraftResult: propose up to k tokens continuing the sequence,
+///    handing them to the sampler (sampler.draft / draft_next for a model, whose rows the sampler
+///    keeps; sampler.propose for point masses). Checked per sampler type by DrafterFor.
 template <class D>
-concept Drafter = requires(D& d, const D& cd, std::span<const token_t> sequence, std::size_t n,
-                           const sampling::SamplingParams& params, sampling::PhiloxStream& rng,
-                           DraftProposal& out) {
+concept Drafter = requires(D& d, const D& cd, std::span<const token_t> sequence, std::size_t n) {
   { cd.vocab_size() } -> std::convertible_to<std::size_t>;
   { cd.max_draft(n) } -> std::convertible_to<std::size_t>;
   d.start(sequence);
-  d.draft(sequence, n, params, rng, out);
+  d.extend(sequence);
   d.keep(n);
+};
+
+template <class D, class S>
+concept DrafterFor = Drafter<D> && RoundSampler<S> &&
+    requires(D& d, std::span<const token_t> sequence, std::size_t k, S& sampler) {
+  { d.draft(sequence, k, sampler) } -> std::same_as<DraftResult>;
 };
 
 // ------------------------------------------------------------------------------ ModelDrafter
@@ -75,9 +70,9 @@ concept Drafter = requires(D& d, const D& cd, std::span<const token_t> sequence,
 /// Bookkeeping: the model's KV cache always holds a prefix of the sequence. draft() first feeds
 /// the tokens of the sequence the model has not consumed yet (the last correction or bonus token,
 /// preceded by x_k after a full acceptance; the last prompt token in the first round), which
-/// yields the logits of q_1; then for i = 1 .. k it processes q_i, samples x_i and, if i < k,
-/// feeds x_i to get q_(i+1). x_k is never fed (its logits would go unused). After draft() the
-/// cache holds the sequence plus x_1 .. x_(k-1); keep(n) cuts it back to the first n tokens.
+/// yields the logits of q_1; then for i = 1 .. k the sampler draws x_i and, if i < k, x_i is fed
+/// to get q_(i+1). x_k is never fed (its logits would go unused). After draft() the cache holds
+/// the sequence plus x_1 .. x_(k-1); keep(n) cuts it back to the first n tokens.
 template <CausalLM M>
 class ModelDrafter {
  public:
@@ -94,21 +89,28 @@ class ModelDrafter {
 
   /// Prefills the prompt minus its last token (the first draft() feeds that one). A prompt
   /// longer than the draft's context is prefilled as far as it fits; max_draft() is then 0 and
-  /// the decoder never asks this drafter for tokens.
+  /// the session never asks this drafter for tokens.
   void start(std::span<const token_t> prompt) {
     model_->rollback(0);
-    const std::size_t n =
-        std::min(prompt.empty() ? 0 : prompt.size() - 1, model_->context_length());
-    if (n == 0) return;
-    const LogitsView logits = model_->forward(prompt.first(n));
-    detail::check_logits(logits, n, vocab_size(), "draft model (prefill)");
+    extend(prompt);
   }
 
-  void draft(std::span<const token_t> sequence, std::size_t k,
-             const sampling::SamplingParams& params, sampling::PhiloxStream& rng,
-             DraftProposal& out) {
-    out.clear();
-    if (k == 0) return;
+  /// Prefills what the model does not hold of the sequence minus its last token (as far as it
+  /// fits in the draft's context).
+  void extend(std::span<const token_t> sequence) {
+    const std::size_t cached = model_->cached();
+    const std::size_t n =
+        std::min(sequence.empty() ? 0 : sequence.size() - 1, model_->context_length());
+    if (n <= cached) return;
+    const LogitsView logits = model_->forward(sequence.subspan(cached, n - cached));
+    detail::check_logits(logits, n - cached, vocab_size(), "draft model (prefill)",
+                         logits_memory_v<M>);
+  }
+
+  template <class S>
+  requires DraftSamplerFor<S, M> DraftResult draft(std::span<const token_t> sequence, std::size_t k,
+                                                   S& sampler) {
+    if (k == 0) return {};
     if (k > max_draft(sequence.size()))
       throw Error("ModelDrafter: asked for " + std::to_string(k) + " tokens but only " +
                   std::to_string(max_draft(sequence.size())) + " fit in the draft's context");
@@ -117,30 +119,12 @@ class ModelDrafter {
       throw Error("ModelDrafter: the draft model's cache (" + std::to_string(cached) +
                   " positions) is not a strict prefix of the sequence (" +
                   std::to_string(sequence.size()) + " tokens): was it used elsewhere meanwhile?");
-    const std::size_t vocab = vocab_size();
-    out.q.resize(k * vocab);
-
-    // q_1 comes from the last row of the tokens the model has not consumed yet.
-    const std::span<const token_t> unseen = sequence.subspan(cached);
-    LogitsView logits = model_->forward(unseen);
-    ++out.forward_passes;
-    detail::check_logits(logits, unseen.size(), vocab, "draft model");
-    std::span<const float> row = logits.row(logits.rows - 1);
-    for (std::size_t i = 0; i < k; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const std::span<float> q_i(out.q.data() + i * vocab, vocab);
-      sampling::process_logits<float>(row, params, q_i);
-      const token_t x = params.greedy() ? static_cast<token_t>(sampling::argmax<float>(q_i))
-                                        : sampling::sample_from<float>(q_i, rng.next());
-      out.tokens.push_back(x);
-      out.sampling_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (i + 1 == k) break;  // x_k is not fed: its logits would go unused
-      logits = model_->forward(std::span<const token_t>(&out.tokens.back(), 1));
-      ++out.forward_passes;
-      detail::check_logits(logits, 1, vocab, "draft model");
-      row = logits.row(0);
-    }
+    // q_1 comes from the last row of the tokens the model has not consumed yet; the row of
+    // drafted token i + 1 comes from position (sequence length - 1) + i.
+    const std::size_t last = sequence.size() - 1;
+    sampler.draft(*model_, sequence.subspan(cached), last);
+    for (std::size_t i = 1; i < k; ++i) sampler.draft_next(*model_, last + i);
+    return DraftResult{k, Proposal::sampled, k};
   }
 
   void keep(std::size_t n) {
@@ -151,6 +135,21 @@ class ModelDrafter {
 
  private:
   M* model_;
+};
+
+// ------------------------------------------------------------------------------ NoDrafter
+
+/// Proposes nothing: every round is one plain target step (the autoregressive decoder).
+struct NoDrafter {
+  [[nodiscard]] std::size_t vocab_size() const { return 0; }
+  [[nodiscard]] std::size_t max_draft(std::size_t) const { return 0; }
+  void start(std::span<const token_t>) {}
+  void extend(std::span<const token_t>) {}
+  void keep(std::size_t) {}
+  template <RoundSampler S>
+  DraftResult draft(std::span<const token_t>, std::size_t, S&) {
+    return {};
+  }
 };
 
 // ------------------------------------------------------------------------------ NGramDrafter
@@ -180,10 +179,11 @@ class NGramDrafter {
     return std::numeric_limits<std::size_t>::max();
   }
   void start(std::span<const token_t>) {}
+  void extend(std::span<const token_t>) {}
   void keep(std::size_t) {}
 
-  void draft(std::span<const token_t> sequence, std::size_t k, const sampling::SamplingParams&,
-             sampling::PhiloxStream&, DraftProposal& out) const {
+  /// The lookup: up to k tokens continuing `sequence` (none without a match) into `out`.
+  void propose(std::span<const token_t> sequence, std::size_t k, std::vector<token_t>& out) const {
     out.clear();
     const std::size_t len = sequence.size();
     if (k == 0 || len < 2) return;
@@ -198,18 +198,26 @@ class NGramDrafter {
           continue;
         const std::size_t from = j + n;
         const std::size_t count = std::min(k, len - from);
-        out.tokens.assign(sequence.begin() + static_cast<std::ptrdiff_t>(from),
-                          sequence.begin() + static_cast<std::ptrdiff_t>(from + count));
+        out.assign(sequence.begin() + static_cast<std::ptrdiff_t>(from),
+                   sequence.begin() + static_cast<std::ptrdiff_t>(from + count));
         return;
       }
       if (n == 1) break;
     }
   }
 
+  template <RoundSampler S>
+  DraftResult draft(std::span<const token_t> sequence, std::size_t k, S& sampler) {
+    propose(sequence, k, proposal_);
+    sampler.propose(std::span<const token_t>(proposal_));
+    return DraftResult{proposal_.size(), Proposal::point_mass, 0};
+  }
+
   [[nodiscard]] const Options& options() const { return options_; }
 
  private:
   Options options_;
+  std::vector<token_t> proposal_;
 };
 
 // ------------------------------------------------------------------------------ adaptive k

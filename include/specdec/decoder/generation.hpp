@@ -12,15 +12,15 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "specdec/common.hpp"
+#include "specdec/decoder/sampler.hpp"
 #include "specdec/decoder/telemetry.hpp"
 #include "specdec/model/causal_lm.hpp"
 #include "specdec/model/tokenizer.hpp"
-#include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/process.hpp"
-#include "specdec/sampling/verify.hpp"
 
 namespace specdec {
 
@@ -50,7 +50,7 @@ struct TokenEvent {
 /// Optional hooks, all called on the generating thread.
 struct Callbacks {
   std::function<void(const TokenEvent&)> on_token;   ///< every emitted token, in order
-  std::function<void(const RoundRecord&)> on_round;  ///< after each speculative round
+  std::function<void(const RoundRecord&)> on_round;  ///< after each round
   std::function<bool()> should_stop;                 ///< polled before each round: true cancels
 };
 
@@ -62,38 +62,7 @@ struct GenerationResult {
   std::vector<RoundRecord> rounds;  ///< when GenerationConfig::record_rounds
 };
 
-/// The Philox streams of one sequence (seed = GenerationConfig::seed). The target's stream is
-/// the one the sampling core names "stream b" for sequence b (here b = 0): verify_chain's
-/// uniforms and the plain target steps' uniforms. The drafter's stream is set apart by its top
-/// bit so that it can never collide with a batched sequence's target stream.
-inline constexpr std::uint64_t kTargetStream = 0;
-inline constexpr std::uint64_t kDraftStream = std::uint64_t{1} << 63;
-
 namespace detail {
-
-/// One plain target step: samples the next token from a row of logits with the sampling
-/// parameters; `probs` (V floats) receives the processed distribution. Greedy takes the argmax
-/// and draws no uniform; otherwise one uniform is drawn from rng (the same uniform and the same
-/// inverse-CDF scan as verify_chain with k = 0, whose bonus row this is).
-inline token_t sample_token(std::span<const float> logits, const sampling::SamplingParams& params,
-                            std::span<float> probs, sampling::PhiloxStream& rng) {
-  sampling::process_logits<float>(logits, params, probs);
-  if (params.greedy()) return static_cast<token_t>(sampling::argmax<float>(probs));
-  return sampling::sample_from<float>(probs, rng.next());
-}
-
-/// Checks that a forward pass returned `rows` host-resident rows of `vocab` logits.
-inline void check_logits(const LogitsView& v, std::size_t rows, std::size_t vocab,
-                         std::string_view who) {
-  if (v.where != Memory::host)
-    throw Error(std::string(who) +
-                ": logits are in device memory; the host decoder needs host logits (the CUDA "
-                "backend's device sampling path is not wired into this decoder yet)");
-  if (v.data == nullptr || v.rows != rows || v.vocab != vocab)
-    throw Error(std::string(who) + ": forward returned " + std::to_string(v.rows) + " x " +
-                std::to_string(v.vocab) + " logits, expected " + std::to_string(rows) + " x " +
-                std::to_string(vocab));
-}
 
 /// The end-of-sequence id a config asks for: its own, else the tokenizer's, else none (-1).
 inline token_t resolve_eos(const GenerationConfig& cfg, const Tokenizer* tok) {
@@ -102,15 +71,19 @@ inline token_t resolve_eos(const GenerationConfig& cfg, const Tokenizer* tok) {
   return tok ? tok->eos() : -1;
 }
 
-/// Throws when a generate() call cannot start: empty prompt, prompt longer than the context,
-/// stop strings without a tokenizer, an empty stop string.
+/// Throws when a generation cannot start: empty prompt, a sequence (`before` tokens already
+/// held plus the prompt) longer than the context, stop strings without a tokenizer, an empty stop
+/// string.
 inline void check_request(std::span<const token_t> prompt, std::size_t context_length,
-                          std::size_t vocab, const GenerationConfig& cfg, const Tokenizer* tok) {
+                          std::size_t vocab, const GenerationConfig& cfg, const Tokenizer* tok,
+                          std::size_t before = 0) {
   if (prompt.empty())
     throw Error("generate: the prompt is empty (it needs at least one token, e.g. BOS)");
-  if (prompt.size() > context_length)
-    throw Error("generate: the prompt has " + std::to_string(prompt.size()) +
-                " tokens, more than the target's context length " + std::to_string(context_length));
+  if (before + prompt.size() > context_length)
+    throw Error("generate: the prompt has " + std::to_string(prompt.size()) + " tokens" +
+                (before ? " after the " + std::to_string(before) + " of the conversation so far"
+                        : std::string()) +
+                ", more than the target's context length " + std::to_string(context_length));
   for (const token_t t : prompt)
     if (t < 0 || static_cast<std::size_t>(t) >= vocab)
       throw Error("generate: prompt token " + std::to_string(t) + " is outside the vocabulary (" +
@@ -129,10 +102,16 @@ inline void check_request(std::span<const token_t> prompt, std::size_t context_l
 /// hold-back, a stop string can only start inside the held text, so only that is searched.
 class Emitter {
  public:
+  /// Emits into `sequence` (which already ends with `prompt`, the tokens this generation
+  /// continues) and `result`; cfg, sequence and result must outlive the Emitter.
   Emitter(std::span<const token_t> prompt, const GenerationConfig& cfg, const Tokenizer* tok,
-          const Callbacks& callbacks, GenerationResult& result)
-      : cfg_(&cfg), callbacks_(&callbacks), result_(&result), eos_(resolve_eos(cfg, tok)) {
-    sequence_.assign(prompt.begin(), prompt.end());
+          std::function<void(const TokenEvent&)> on_token, std::vector<token_t>& sequence,
+          GenerationResult& result)
+      : cfg_(&cfg),
+        on_token_(std::move(on_token)),
+        sequence_(&sequence),
+        result_(&result),
+        eos_(resolve_eos(cfg, tok)) {
     if (tok) {
       detok_.emplace(*tok);
       // The generated text continues the prompt's: prime the detokenizer with the prompt so
@@ -143,8 +122,6 @@ class Emitter {
     if (cfg.max_new_tokens == 0) reason_ = StopReason::max_tokens;
   }
 
-  /// Prompt + generated tokens: what the models' caches must be prefixes of.
-  [[nodiscard]] const std::vector<token_t>& sequence() const { return sequence_; }
   [[nodiscard]] std::size_t remaining() const {
     return cfg_->max_new_tokens - result_->tokens.size();
   }
@@ -157,14 +134,14 @@ class Emitter {
       reason_ = StopReason::eos;
       return false;
     }
-    sequence_.push_back(t);
+    sequence_->push_back(t);
     result_->tokens.push_back(t);
     const std::size_t index = result_->tokens.size() - 1;
     if (detok_) {
       held_ += detok_->push(t);
       release(false);
     }
-    if (callbacks_->on_token) callbacks_->on_token(TokenEvent{t, released_, index});
+    if (on_token_) on_token_(TokenEvent{t, released_, index});
     if (!reason_ && result_->tokens.size() >= cfg_->max_new_tokens)
       reason_ = StopReason::max_tokens;
     return !reason_;
@@ -176,8 +153,8 @@ class Emitter {
     if (detok_ && *reason_ != StopReason::stop_string) {
       held_ += detok_->flush();
       release(true);
-      if (!released_.empty() && callbacks_->on_token)
-        callbacks_->on_token(TokenEvent{-1, released_, result_->tokens.size()});
+      if (!released_.empty() && on_token_)
+        on_token_(TokenEvent{-1, released_, result_->tokens.size()});
     }
     result_->stop_reason = *reason_;
   }
@@ -208,10 +185,10 @@ class Emitter {
   }
 
   const GenerationConfig* cfg_;
-  const Callbacks* callbacks_;
+  std::function<void(const TokenEvent&)> on_token_;
+  std::vector<token_t>* sequence_;
   GenerationResult* result_;
   token_t eos_;
-  std::vector<token_t> sequence_;
   std::optional<IncrementalDetokenizer> detok_;
   std::string held_;      ///< decoded text not yet released (a possible stop-string prefix)
   std::string released_;  ///< the text released by the last emit()

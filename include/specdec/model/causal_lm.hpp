@@ -26,6 +26,27 @@ struct LogitsView {
   }
 };
 
+/// Token ids in device memory, e.g. the tokens a sampling kernel drafted: a model whose logits live
+/// in device memory (cuda::Transformer) takes them as forward() input without a round trip
+/// through the host.
+struct DeviceTokens {
+  const token_t* data = nullptr;
+  std::size_t count = 0;
+};
+
+/// Where a model type's forward() returns its logits, fixed at compile time so that the decoders
+/// pick the sampler that reads them there (decoder/sampler.hpp) and a pair of models whose logits
+/// live in different memories is a compile error. A model type declares device logits with
+///   static constexpr Memory logits_memory = Memory::device;
+/// (cuda::Transformer does); any other type has host logits.
+template <class M>
+inline constexpr Memory logits_memory_v = Memory::host;
+template <class M>
+requires requires {
+  { M::logits_memory } -> std::convertible_to<Memory>;
+}
+inline constexpr Memory logits_memory_v<M> = M::logits_memory;
+
 /// A causal language model with a KV cache.
 ///  - forward(t) appends the tokens t after the cached prefix and returns one logits row per token;
 ///  - rollback(n) keeps the first n cached positions (O(1), n <= cached()).

@@ -87,6 +87,7 @@ struct VerifyOutcome {
   VerifyError error = VerifyError::none;
   std::size_t where = 0;  ///< position or row the error refers to
   double value = 0;       ///< the offending value (a token id, a probability or a row sum)
+  std::size_t entry = 0;  ///< p_row_bad / q_row_bad from a greedy scan: the first bad entry
 };
 
 namespace detail {
@@ -371,17 +372,42 @@ SPECDEC_HD inline double exclude_one_total(const Real* p, std::size_t vocab, std
 }
 
 // ---------------------------------------------------------------- pass 2: the inverse CDF
+//
+// Pass 2 needs pass 1's block sums again. The host recomputes them (RecomputedSums: cheaper than
+// storing them, and the same arithmetic); a CUDA block computes them in parallel into shared
+// memory and hands them in (cuda/common/sampling.cuh). Everything from the block sums on is the
+// one serial function below, run by the host and by one thread of the GPU block alike.
+
+/// Pass 1's sum of the weights w over a block [begin, end), recomputed in the lane order.
+template <class Real, class Weights>
+struct RecomputedSums {
+  const Weights& w;
+  SPECDEC_HD Real operator()(std::size_t begin, std::size_t end) const {
+    return block_sum<Real>(w, begin, end);
+  }
+};
+
+/// The total of a row from its block sums: added in block order into a double (pass 1's total).
+template <class BlockSums>
+SPECDEC_HD inline double sum_of_blocks(const BlockSums& block_sums, std::size_t vocab) {
+  double total = 0;
+  for (std::size_t begin = 0; begin < vocab; begin += kScanBlock) {
+    total += static_cast<double>(block_sums(begin, block_end(begin, vocab)));
+  }
+  return total;
+}
 
 /// The inverse CDF of the weights w at u in [0, 1), where `total` is pass 1's total of the same
-/// weights (> 0): block sums in pass 1's order until the running sum exceeds u * total, then
-/// that block entry by entry.
-template <class Real, class Weights>
-SPECDEC_HD inline token_t inverse_cdf(const Weights& w, std::size_t vocab, double total, double u) {
+/// weights (> 0) and block_sums(begin, end) gives pass 1's sum over each scan block: block sums
+/// in order until the running sum exceeds u * total, then that block entry by entry.
+template <class Real, class Weights, class BlockSums>
+SPECDEC_HD inline token_t inverse_cdf(const Weights& w, std::size_t vocab, double total, double u,
+                                      const BlockSums& block_sums) {
   const double target = u * total;
   double cum = 0;
   for (std::size_t begin = 0; begin < vocab; begin += kScanBlock) {
     const std::size_t end = block_end(begin, vocab);
-    const double block = static_cast<double>(block_sum<Real>(w, begin, end));
+    const double block = static_cast<double>(block_sums(begin, end));
     if (!(target < cum + block)) {
       cum += block;
       continue;
@@ -405,6 +431,12 @@ SPECDEC_HD inline token_t inverse_cdf(const Weights& w, std::size_t vocab, doubl
   return 0;
 }
 
+/// The same with the block sums recomputed (the host).
+template <class Real, class Weights>
+SPECDEC_HD inline token_t inverse_cdf(const Weights& w, std::size_t vocab, double total, double u) {
+  return inverse_cdf<Real>(w, vocab, total, u, RecomputedSums<Real, Weights>{w});
+}
+
 /// Checks a row read in full; returns false (and fills `out`) when it is not a distribution.
 SPECDEC_HD inline bool check_row(const RowStats& stats, bool is_p, std::size_t row,
                                  VerifyOutcome& out) {
@@ -418,6 +450,60 @@ SPECDEC_HD inline bool check_row(const RowStats& stats, bool is_p, std::size_t r
     return false;
   }
   return true;
+}
+
+// ---------------------------------------------------------------- after pass 1
+//
+// What the row samplers decide once pass 1 has produced a row's totals and stats: the checks,
+// then the inverse CDF of the right weights. One copy, used by the serial samplers below and by
+// the CUDA block samplers (cuda/common/sampling.cuh), which compute pass 1 in parallel.
+// p_sums / r_sums / x_sums give pass 1's block sums of p, of the residual and of p without x.
+
+/// The bonus token (a sample of p), once pass 1 gave p's stats (p_stats.sum is its total).
+template <class Real, class U, class PSums>
+SPECDEC_HD inline VerifyOutcome finish_plain(const Real* p, std::size_t vocab, U u, std::size_t row,
+                                             const RowStats& p_stats, const PSums& p_sums) {
+  VerifyOutcome out;
+  if (!check_row(p_stats, true, row, out)) return out;
+  out.next =
+      inverse_cdf<Real>(PlainWeights<Real>{p}, vocab, p_stats.sum, static_cast<double>(u), p_sums);
+  return out;
+}
+
+/// The residual norm(max(0, p - q)), or p when it has no mass (residual_total = its total).
+template <class Real, class U, class RSums, class PSums>
+SPECDEC_HD inline VerifyOutcome finish_residual(const Real* p, const Real* q, std::size_t vocab,
+                                                U u, std::size_t row, double residual_total,
+                                                const RowStats& p_stats, const RowStats& q_stats,
+                                                const RSums& r_sums, const PSums& p_sums) {
+  VerifyOutcome out;
+  if (!check_row(p_stats, true, row, out) || !check_row(q_stats, false, row, out)) return out;
+  if (residual_total > 0) {
+    out.next = inverse_cdf<Real>(ResidualWeights<Real>{p, q}, vocab, residual_total,
+                                 static_cast<double>(u), r_sums);
+  } else {
+    out.next = inverse_cdf<Real>(PlainWeights<Real>{p}, vocab, p_stats.sum, static_cast<double>(u),
+                                 p_sums);
+  }
+  return out;
+}
+
+/// p without entry x, or p when that has no mass (excluded_total = the total without x).
+template <class Real, class U, class XSums, class PSums>
+SPECDEC_HD inline VerifyOutcome finish_exclude_one(const Real* p, std::size_t vocab, std::size_t x,
+                                                   U u, std::size_t row, double excluded_total,
+                                                   const RowStats& p_stats, const XSums& x_sums,
+                                                   const PSums& p_sums) {
+  VerifyOutcome out;
+  if (!check_row(p_stats, true, row, out)) return out;
+  if (excluded_total > 0) {
+    out.next = inverse_cdf<Real>(ExcludeOneWeights<Real>{p, x}, vocab, excluded_total,
+                                 static_cast<double>(u), x_sums);
+  } else {
+    out.next = inverse_cdf<Real>(PlainWeights<Real>{p}, vocab, p_stats.sum, static_cast<double>(u),
+                                 p_sums);
+  }
+  return out;
 }
 
 }  // namespace detail
@@ -435,12 +521,10 @@ SPECDEC_HD inline bool accept_draft(U u, Real p_x, Real q_x) {
 template <class Real, class U>
 SPECDEC_HD inline VerifyOutcome sample_row(const Real* p, std::size_t vocab, U u, std::size_t row) {
   detail::RowStats stats;
-  const double total = detail::plain_total(p, vocab, stats);
-  VerifyOutcome out;
-  if (!detail::check_row(stats, true, row, out)) return out;
-  out.next = detail::inverse_cdf<Real>(detail::PlainWeights<Real>{p}, vocab, total,
-                                       static_cast<double>(u));
-  return out;
+  (void)detail::plain_total(p, vocab, stats);
+  const detail::PlainWeights<Real> w{p};
+  return detail::finish_plain(p, vocab, u, row, stats,
+                              detail::RecomputedSums<Real, decltype(w)>{w});
 }
 
 /// Samples the residual norm(max(0, p - q)) with u; a residual without mass samples from p.
@@ -451,18 +535,11 @@ SPECDEC_HD inline VerifyOutcome sample_residual_row(const Real* p, const Real* q
   detail::RowStats p_stats;
   detail::RowStats q_stats;
   const double total = detail::residual_total(p, q, vocab, p_stats, q_stats);
-  VerifyOutcome out;
-  if (!detail::check_row(p_stats, true, row, out) || !detail::check_row(q_stats, false, row, out)) {
-    return out;
-  }
-  if (total > 0) {
-    out.next = detail::inverse_cdf<Real>(detail::ResidualWeights<Real>{p, q}, vocab, total,
-                                         static_cast<double>(u));
-  } else {
-    out.next = detail::inverse_cdf<Real>(detail::PlainWeights<Real>{p}, vocab, p_stats.sum,
-                                         static_cast<double>(u));
-  }
-  return out;
+  const detail::ResidualWeights<Real> r{p, q};
+  const detail::PlainWeights<Real> w{p};
+  return detail::finish_residual(p, q, vocab, u, row, total, p_stats, q_stats,
+                                 detail::RecomputedSums<Real, decltype(r)>{r},
+                                 detail::RecomputedSums<Real, decltype(w)>{w});
 }
 
 /// Samples p without the entry x, renormalised (the residual of a rejected one-hot proposal);
@@ -471,19 +548,33 @@ template <class Real, class U>
 SPECDEC_HD inline VerifyOutcome sample_exclude_one_row(const Real* p, std::size_t vocab,
                                                        std::size_t x, U u, std::size_t row) {
   detail::RowStats stats;
-  const double p_total = detail::plain_total(p, vocab, stats);
-  VerifyOutcome out;
-  if (!detail::check_row(stats, true, row, out)) return out;
+  (void)detail::plain_total(p, vocab, stats);
   const double total = detail::exclude_one_total(p, vocab, x);
-  if (total > 0) {
-    out.next = detail::inverse_cdf<Real>(detail::ExcludeOneWeights<Real>{p, x}, vocab, total,
-                                         static_cast<double>(u));
-  } else {
-    out.next = detail::inverse_cdf<Real>(detail::PlainWeights<Real>{p}, vocab, p_total,
-                                         static_cast<double>(u));
-  }
-  return out;
+  const detail::ExcludeOneWeights<Real> e{p, x};
+  const detail::PlainWeights<Real> w{p};
+  return detail::finish_exclude_one(p, vocab, x, u, row, total, stats,
+                                    detail::RecomputedSums<Real, decltype(e)>{e},
+                                    detail::RecomputedSums<Real, decltype(w)>{w});
 }
+
+/// The row samplers of the serial verify loops (the host): each reads its row(s) in full.
+/// The CUDA kernels run the same loops with block-wide samplers (cuda/common/sampling.cuh).
+template <class Real>
+struct SerialRowSampler {
+  std::size_t vocab;
+  template <class U>
+  SPECDEC_HD VerifyOutcome plain(const Real* p, U u, std::size_t row) const {
+    return sample_row(p, vocab, u, row);
+  }
+  template <class U>
+  SPECDEC_HD VerifyOutcome residual(const Real* p, const Real* q, U u, std::size_t row) const {
+    return sample_residual_row(p, q, vocab, u, row);
+  }
+  template <class U>
+  SPECDEC_HD VerifyOutcome exclude_one(const Real* p, std::size_t x, U u, std::size_t row) const {
+    return sample_exclude_one_row(p, vocab, x, u, row);
+  }
+};
 
 /// Checks that every drafted token is in [0, V).
 SPECDEC_HD inline bool check_draft(const token_t* draft, std::size_t k, std::size_t vocab,
@@ -497,53 +588,95 @@ SPECDEC_HD inline bool check_draft(const token_t* draft, std::size_t k, std::siz
   return true;
 }
 
-/// verify_chain for one sequence over raw pointers (p: (k+1) x V, q: k x V, draft: k).
-/// uniform(j) returns the uniform for offset j of this call (j = 0 ... k, the convention at the
-/// top of this file); it is called only for the offsets that are used.
-template <class Real, class Uniform>
-SPECDEC_HD inline VerifyOutcome verify_chain_row(const Real* p, const Real* q, const token_t* draft,
-                                                 std::size_t k, std::size_t vocab,
-                                                 const Uniform& uniform) {
+/// The chain verification loop of one sequence over raw pointers (p: (k+1) x V, draft: k; q:
+/// k x V, or null for point-mass proposals, where q_i(x_i) = 1 and the residual is p_i without
+/// x_i). uniform(j) returns the uniform for offset j of this call (j = 0 ... k, the convention at
+/// the top of this file); it is called only for the offsets that are used. `rows` samples the
+/// row that ends the round (SerialRowSampler here; a CUDA block's sampler in the kernels, which
+/// run this same loop in every thread: all decisions depend only on values every thread reads).
+template <class Real, class Uniform, class Rows>
+SPECDEC_HD inline VerifyOutcome verify_loop(const Real* p, const Real* q, const token_t* draft,
+                                            std::size_t k, std::size_t vocab,
+                                            const Uniform& uniform, const Rows& rows) {
   VerifyOutcome out;
   if (!check_draft(draft, k, vocab, out)) return out;
   for (std::size_t i = 0; i < k; ++i) {
     const auto x = static_cast<std::size_t>(draft[i]);
     const Real p_x = p[i * vocab + x];
-    const Real q_x = q[i * vocab + x];
     if (!detail::finite(p_x) || !(p_x >= Real(0))) {
       return detail::fail(VerifyError::p_value_bad, i, static_cast<double>(p_x));
     }
-    if (!detail::finite(q_x) || !(q_x >= Real(0))) {
-      return detail::fail(VerifyError::q_value_bad, i, static_cast<double>(q_x));
+    Real q_x = Real(1);
+    if (q != nullptr) {
+      q_x = q[i * vocab + x];
+      if (!detail::finite(q_x) || !(q_x >= Real(0))) {
+        return detail::fail(VerifyError::q_value_bad, i, static_cast<double>(q_x));
+      }
     }
     if (accept_draft(uniform(i), p_x, q_x)) continue;
-    out = sample_residual_row(p + i * vocab, q + i * vocab, vocab, uniform(k), i);
+    out = q != nullptr ? rows.residual(p + i * vocab, q + i * vocab, uniform(k), i)
+                       : rows.exclude_one(p + i * vocab, x, uniform(k), i);
     out.accepted = i;
     return out;
   }
-  out = sample_row(p + k * vocab, vocab, uniform(k), k);
+  out = rows.plain(p + k * vocab, uniform(k), k);
   out.accepted = k;
   return out;
 }
 
-/// The greedy variant: accept while draft[i] == argmax p_i; next = argmax at the first mismatch,
-/// else argmax p_k (the bonus). Uses no uniforms. Rows read are checked for NaN/inf/negatives.
+/// verify_chain for one sequence over raw pointers (p: (k+1) x V, q: k x V, draft: k).
+template <class Real, class Uniform>
+SPECDEC_HD inline VerifyOutcome verify_chain_row(const Real* p, const Real* q, const token_t* draft,
+                                                 std::size_t k, std::size_t vocab,
+                                                 const Uniform& uniform) {
+  return verify_loop(p, q, draft, k, vocab, uniform, SerialRowSampler<Real>{vocab});
+}
+
+/// One row of a greedy verification: its argmax (lowest index on ties) and the first entry that
+/// fails the check (bad == V when none; then bad_value is unused).
+struct GreedyScan {
+  std::size_t argmax = 0;
+  std::size_t bad = 0;
+  double bad_value = 0;
+};
+
+/// The serial scan of a row: entries must be finite, and non-negative unless the rows are raw
+/// logits (greedy processing is an argmax, so the target's logits can be verified directly).
 template <class Real>
-SPECDEC_HD inline VerifyOutcome verify_chain_greedy_row(const Real* p, const token_t* draft,
-                                                        std::size_t k, std::size_t vocab) {
+struct SerialGreedyScan {
+  std::size_t vocab;
+  bool logits = false;
+  SPECDEC_HD GreedyScan operator()(const Real* row) const {
+    GreedyScan scan{0, vocab, 0.0};
+    for (std::size_t j = 0; j < vocab; ++j) {
+      if (!detail::finite(row[j]) || (!logits && !(row[j] >= Real(0)))) {
+        scan.bad = j;
+        scan.bad_value = static_cast<double>(row[j]);
+        return scan;
+      }
+      if (row[j] > row[scan.argmax]) scan.argmax = j;
+    }
+    return scan;
+  }
+};
+
+/// The greedy loop: accept while draft[i] == argmax row_i; next = the argmax at the first
+/// mismatch, else of row k (the bonus). Uses no uniforms. `scan` reads one row (serially here,
+/// block-wide in the CUDA kernel); a row with a bad entry fails with p_row_bad (entry = its index).
+template <class Real, class Scan>
+SPECDEC_HD inline VerifyOutcome verify_greedy_loop(const Real* rows, const token_t* draft,
+                                                   std::size_t k, std::size_t vocab,
+                                                   const Scan& scan) {
   VerifyOutcome out;
   if (!check_draft(draft, k, vocab, out)) return out;
   for (std::size_t i = 0; i <= k; ++i) {
-    // One pass: the argmax (lowest index on ties) and the check of every entry.
-    const Real* row = p + i * vocab;
-    std::size_t arg = 0;
-    for (std::size_t j = 0; j < vocab; ++j) {
-      if (!detail::finite(row[j]) || !(row[j] >= Real(0))) {
-        return detail::fail(VerifyError::p_row_bad, i, static_cast<double>(row[j]));
-      }
-      if (row[j] > row[arg]) arg = j;
+    const GreedyScan row = scan(rows + i * vocab);
+    if (row.bad < vocab) {
+      out = detail::fail(VerifyError::p_row_bad, i, row.bad_value);
+      out.entry = row.bad;
+      return out;
     }
-    const auto best = static_cast<token_t>(arg);
+    const auto best = static_cast<token_t>(row.argmax);
     if (i == k || draft[i] != best) {
       out.accepted = i;
       out.next = best;
@@ -553,6 +686,15 @@ SPECDEC_HD inline VerifyOutcome verify_chain_greedy_row(const Real* p, const tok
   return out;  // unreachable: the loop returns at i == k
 }
 
+/// The greedy variant over distributions: accept while draft[i] == argmax p_i; next = argmax at
+/// the first mismatch, else argmax p_k (the bonus). Uses no uniforms. Rows read are checked for
+/// NaN/inf/negatives.
+template <class Real>
+SPECDEC_HD inline VerifyOutcome verify_chain_greedy_row(const Real* p, const token_t* draft,
+                                                        std::size_t k, std::size_t vocab) {
+  return verify_greedy_loop(p, draft, k, vocab, SerialGreedyScan<Real>{vocab, false});
+}
+
 /// The one-hot variant: the proposal distribution is a point mass at each drafted token
 /// (n-gram / prompt-lookup drafters). Accept x_i iff u_i < p_i(x_i); the residual is p_i without
 /// x_i, renormalised. Same uniforms and counter convention as verify_chain_row.
@@ -560,22 +702,8 @@ template <class Real, class Uniform>
 SPECDEC_HD inline VerifyOutcome verify_chain_onehot_row(const Real* p, const token_t* draft,
                                                         std::size_t k, std::size_t vocab,
                                                         const Uniform& uniform) {
-  VerifyOutcome out;
-  if (!check_draft(draft, k, vocab, out)) return out;
-  for (std::size_t i = 0; i < k; ++i) {
-    const auto x = static_cast<std::size_t>(draft[i]);
-    const Real p_x = p[i * vocab + x];
-    if (!detail::finite(p_x) || !(p_x >= Real(0))) {
-      return detail::fail(VerifyError::p_value_bad, i, static_cast<double>(p_x));
-    }
-    if (accept_draft(uniform(i), p_x, Real(1))) continue;
-    out = sample_exclude_one_row(p + i * vocab, vocab, x, uniform(k), i);
-    out.accepted = i;
-    return out;
-  }
-  out = sample_row(p + k * vocab, vocab, uniform(k), k);
-  out.accepted = k;
-  return out;
+  return verify_loop(p, static_cast<const Real*>(nullptr), draft, k, vocab, uniform,
+                     SerialRowSampler<Real>{vocab});
 }
 
 /// The uniforms of one verify call: offset j -> philox_uniform(seed, stream, base + j).

@@ -1,0 +1,497 @@
+#pragma once
+// SpeculativeSession<Draft, Target>: one sequence (a conversation) decoded round by round, in the
+// spirit of llama.cpp's common_speculative (begin / draft / accept) and of vLLM's step.
+//
+//   start(prompt, config)    a new sequence: both caches reset, the prompt minus its last token
+//                            prefilled
+//   append(tokens, config)   the next turn of the same sequence: the caches keep what they hold,
+//                            only the new tokens are prefilled
+//   step()                   one round -> its RoundRecord (the tokens are streamed through
+//                            Callbacks::on_token as they are emitted); done() after a stop
+//   run()                    step() until done(), polling Callbacks::should_stop before each
+//                            round -> the GenerationResult of the turn
+//
+// A round has three phases, public so that a driver can run several sequences in lockstep (and a
+// later batched target can verify all of them in one forward):
+//   1. propose()       choose k, let the drafter draft; returns the target's input for the round
+//                      (the sequence's last token and x_1 .. x_k, on the host or on the device);
+//   2. the caller runs the target forward over that input (k + 1 rows of logits);
+//   3. accept(rows)    verify, roll the caches back to the accepted prefix, emit x_1 .. x_n, y.
+// step() is propose(), the target forward and accept(); with a device sampler it fuses the
+// forward and the verification into one captured CUDA graph.
+//
+// The sampler (decoder/sampler.hpp) is picked by where the target's logits live: HostSampler for
+// host logits, cuda::DeviceSampler for device logits. A draft model whose logits live elsewhere
+// than the target's is a compile error.
+//
+// Bookkeeping (docs/decoder.md, "One round"): at the start of every round the target's cache
+// holds exactly the sequence minus its last token, and the draft model's cache a prefix of it.
+
+#include <algorithm>
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "specdec/common.hpp"
+#include "specdec/decoder/drafters.hpp"
+#include "specdec/decoder/generation.hpp"
+#include "specdec/decoder/sampler.hpp"
+#include "specdec/decoder/telemetry.hpp"
+#include "specdec/model/causal_lm.hpp"
+#include "specdec/model/tokenizer.hpp"
+
+namespace specdec {
+
+/// How many tokens to draft per round.
+struct SpeculativeOptions {
+  std::size_t k = 4;      ///< fixed draft length (ignored when adaptive)
+  bool adaptive = false;  ///< choose k each round with AdaptiveDraftLength
+  AdaptiveDraftLength::Options adaptive_options{};
+};
+
+namespace detail {
+
+/// The drafter a session over Draft holds: a reference to a Drafter, a ModelDrafter around a
+/// model, or (NoDrafter) the empty drafter itself.
+template <class Draft>
+struct DrafterHolder {
+  explicit DrafterHolder(Draft& d) : drafter(&d) {}
+  Draft& get() { return *drafter; }
+  const Draft& get() const { return *drafter; }
+  Draft* drafter;
+};
+template <class Draft>
+requires(!Drafter<Draft> && CausalLM<Draft>) struct DrafterHolder<Draft> {
+  explicit DrafterHolder(Draft& d) : drafter(d) {}
+  ModelDrafter<Draft>& get() { return drafter; }
+  const ModelDrafter<Draft>& get() const { return drafter; }
+  ModelDrafter<Draft> drafter;
+};
+template <>
+struct DrafterHolder<NoDrafter> {
+  DrafterHolder() = default;
+  explicit DrafterHolder(NoDrafter&) {}
+  NoDrafter& get() { return drafter; }
+  const NoDrafter& get() const { return drafter; }
+  NoDrafter drafter;
+};
+
+}  // namespace detail
+
+template <class Draft, CausalLM Target>
+requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
+ public:
+  using Holder = detail::DrafterHolder<Draft>;
+  using DrafterType = std::remove_cvref_t<decltype(std::declval<Holder&>().get())>;
+  using Sampler = sampler_for_t<Target>;
+
+  static_assert(Drafter<Draft> || logits_memory_v<Draft> == logits_memory_v<Target>,
+                "SpeculativeDecoder<Draft, Target>: the draft model's logits and the target's live "
+                "in different memories (one on the host, one on a device: logits_memory_v). One "
+                "sampler, chosen by where the target's logits live, samples both models' rows: run "
+                "the draft and the target on the same backend.");
+  static_assert(RoundSampler<Sampler>);
+  static_assert(DrafterFor<DrafterType, Sampler>,
+                "SpeculativeDecoder<Draft, Target>: the drafter cannot hand its tokens to the "
+                "sampler of this target (DrafterFor<Drafter, Sampler>)");
+
+  /// The draft and target (and tokenizers, optional) must outlive the session. `tokenizer` is
+  /// the target's: used for the streamed text, stop strings and the EOS id. When the draft's
+  /// tokenizer is given as well it must have the same vocabulary size. Throws specdec::Error
+  /// when the draft's and target's vocabulary sizes differ. `name` prefixes the errors.
+  SpeculativeSession(Draft& draft, Target& target, SpeculativeOptions options = {},
+                     const Tokenizer* tokenizer = nullptr,
+                     const Tokenizer* draft_tokenizer = nullptr,
+                     const char* name = "SpeculativeDecoder")
+      : drafter_(draft),
+        target_(&target),
+        options_(options),
+        tokenizer_(tokenizer),
+        name_(name),
+        sampler_max_k_(wanted_max_k()),
+        sampler_(target, sampler_max_k_) {
+    if (static_cast<const void*>(&draft) == static_cast<const void*>(&target))
+      throw Error(std::string(name_) +
+                  ": the draft and the target are the same object (their KV caches would clash); "
+                  "construct a second model on the same weights instead");
+    const std::size_t draft_vocab = drafter_.get().vocab_size();
+    if (draft_vocab != 0 && draft_vocab != target_->vocab_size())
+      throw Error(std::string(name_) + ": the draft's vocabulary has " +
+                  std::to_string(draft_vocab) + " tokens but the target's has " +
+                  std::to_string(target_->vocab_size()) + ": the pair must share one vocabulary");
+    if (tokenizer && draft_tokenizer && tokenizer->vocab_size() != draft_tokenizer->vocab_size())
+      throw Error(std::string(name_) + ": the draft's tokenizer has " +
+                  std::to_string(draft_tokenizer->vocab_size()) + " tokens but the target's has " +
+                  std::to_string(tokenizer->vocab_size()) + ": the pair must share one tokenizer");
+    check_tokenizer();
+    validate(options_);
+  }
+
+  SpeculativeSession(const SpeculativeSession&) = delete;  // the emitter points into it
+  SpeculativeSession& operator=(const SpeculativeSession&) = delete;
+
+  /// A session without a drafter: every round is one target step (AutoregressiveDecoder).
+  explicit SpeculativeSession(
+      Target& target, const Tokenizer* tokenizer = nullptr,
+      const char* name = "AutoregressiveDecoder") requires std::same_as<Draft, NoDrafter>
+      : target_(&target),
+        tokenizer_(tokenizer),
+        name_(name),
+        sampler_max_k_(0),
+        sampler_(target, 0) {
+    check_tokenizer();
+  }
+
+  // ---------------------------------------------------------------- a generation
+
+  /// Starts a new sequence: `prompt` (token ids, BOS included if the model wants one) is
+  /// prefilled into both models (minus its last token, the first token of the first verify).
+  /// The callbacks are kept for this generation. Throws specdec::Error on a bad request.
+  void start(std::span<const token_t> prompt, const GenerationConfig& config,
+             const Callbacks& callbacks = {}) {
+    check_idle("start");
+    sampling::validate(config.sampling);
+    detail::check_request(prompt, target_->context_length(), target_->vocab_size(), config,
+                          tokenizer_);
+    if (sampler_max_k_ < wanted_max_k()) {
+      sampler_max_k_ = wanted_max_k();
+      sampler_ = Sampler(*target_, sampler_max_k_);
+    }
+    sampler_.begin(config.sampling, config.seed);
+    adaptive_.reset();
+    if (options_.adaptive) adaptive_.emplace(options_.adaptive_options);
+    sequence_.assign(prompt.begin(), prompt.end());
+    begin_turn(prompt, config, callbacks);
+    {
+      ScopedTimer timer(result_.stats.prefill_seconds);
+      target_->rollback(0);
+      prefill_target();
+      drafter_.get().start(prompt);
+    }
+    begin_decode();
+  }
+
+  /// Continues the sequence with `tokens` (e.g. the next user turn) once the previous generation
+  /// is done: the caches keep the sequence so far, only the new tokens are prefilled (the
+  /// previous generation's last token too, which no model has consumed yet). The Philox streams
+  /// go on (GenerationConfig::seed is only read by start()), so every turn draws fresh uniforms.
+  void append(std::span<const token_t> tokens, const GenerationConfig& config,
+              const Callbacks& callbacks = {}) {
+    check_idle("append");
+    if (sequence_.empty())
+      throw Error(std::string(name_) + ": append() continues a sequence: call start() first");
+    if (!done_)
+      throw Error(std::string(name_) +
+                  ": append() while a generation is running: step it to the end or cancel() it");
+    sampling::validate(config.sampling);
+    detail::check_request(tokens, target_->context_length(), target_->vocab_size(), config,
+                          tokenizer_, sequence_.size());
+    sampler_.set_params(config.sampling);
+    sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
+    begin_turn(tokens, config, callbacks);
+    {
+      ScopedTimer timer(result_.stats.prefill_seconds);
+      prefill_target();
+      drafter_.get().extend(sequence_);
+    }
+    begin_decode();
+  }
+
+  /// True once the current generation stopped (or before the first start()).
+  [[nodiscard]] bool done() const { return done_; }
+
+  /// One round: propose(), the target forward, accept(). Returns the round's record (valid
+  /// until the next round).
+  const RoundRecord& step() {
+    const TargetInput& input = propose();
+    if constexpr (requires(Sampler & s, Target & t) {
+                    s.verify_forward(t, std::size_t{}, Proposal{}, std::size_t{});
+                  }) {
+      // The device path: the target's forward and the verification run as one captured graph;
+      // the wait for the round's outcome lands in verify_seconds.
+      (void)input;
+      RoundVerdict verdict;
+      {
+        ScopedTimer timer(round_.verify_seconds);
+        verdict = sampler_.verify_forward(*target_, draft_.count, draft_.proposal, length_ - 1);
+      }
+      round_.sampling_seconds += sampler_.take_seconds();
+      return finish_round(verdict);
+    } else {
+      LogitsView rows;
+      {
+        ScopedTimer timer(round_.verify_seconds);
+        rows = forward(input);
+      }
+      return accept(rows);
+    }
+  }
+
+  /// Stops the current generation with StopReason::cancelled (a round in progress is dropped).
+  void cancel() {
+    if (done_) return;
+    if (phase_ == Phase::proposed) {
+      // Back to the state at the start of the round: the drafter keeps the sequence, the target
+      // the sequence minus its last token (it may have run the verify forward already).
+      drafter_.get().keep(length_);
+      if (target_->cached() + 1 > length_) target_->rollback(length_ - 1);
+      phase_ = Phase::idle;
+    }
+    conclude(StopReason::cancelled);
+  }
+
+  /// step() until done(), polling Callbacks::should_stop before each round; returns the result.
+  GenerationResult run() {
+    while (!done_) {
+      if (callbacks_.should_stop && callbacks_.should_stop()) {
+        cancel();
+        break;
+      }
+      step();
+    }
+    return take_result();
+  }
+
+  /// The current generation's result (complete once done()).
+  [[nodiscard]] const GenerationResult& result() const { return result_; }
+  /// Moves the result out (what run() returns).
+  GenerationResult take_result() { return std::exchange(result_, GenerationResult{}); }
+
+  // ---------------------------------------------------------------- the phases of a round
+
+  /// Phase 1: chooses this round's k (the rule's, clamped to the token budget and both contexts)
+  /// and lets the drafter draft. Returns the target's input: [last token of the sequence,
+  /// x_1 .. x_k'] on the host (input.host), or in device memory (input.device) with a device
+  /// sampler. Valid until accept().
+  const TargetInput& propose() {
+    if (done_)
+      throw Error(std::string(name_) + ": the generation is over (start() or append() first)");
+    if (phase_ != Phase::idle)
+      throw Error(std::string(name_) + ": propose() twice: accept() the round first");
+    const std::size_t length = sequence_.size();
+    if (target_->cached() + 1 != length)
+      throw Error(std::string(name_) + ": the target's cache (" +
+                  std::to_string(target_->cached()) + " positions) is out of step with the " +
+                  "sequence (" + std::to_string(length) + " tokens): was the model used " +
+                  "elsewhere meanwhile?");
+    auto& drafter = drafter_.get();
+    // The draft length: the rule's k, cut so that the round cannot emit more than the budget (it
+    // emits at most k + 1 tokens), cannot overflow the target's context (the verify ends at
+    // position length + k - 1 and y lands at position length + k), nor the draft's.
+    const std::size_t wanted = adaptive_ ? adaptive_->next() : options_.k;
+    const std::size_t k =
+        std::min({wanted, sampler_max_k_, emitter_->remaining() - 1,
+                  target_->context_length() - length - 1, drafter.max_draft(length)});
+
+    round_ = RoundRecord{};
+    round_.position = length;
+    round_.draft_length = k;
+    length_ = length;
+    sampler_.begin_round(sequence_.back());
+    double seconds = 0;
+    {
+      ScopedTimer timer(seconds);
+      draft_ = drafter.draft(std::span<const token_t>(sequence_), k, sampler_);
+    }
+    const double sampling = sampler_.take_seconds();
+    round_.draft_seconds = seconds - sampling;
+    round_.sampling_seconds += sampling;
+    if (draft_.count > k)
+      throw Error(std::string(name_) + ": the drafter proposed " + std::to_string(draft_.count) +
+                  " tokens, more than the " + std::to_string(k) + " asked for");
+    input_ = sampler_.target_input(draft_.count);
+    phase_ = Phase::proposed;
+    return input_;
+  }
+
+  /// Phase 3: the k' + 1 target rows for propose()'s input -> verification, roll-back, emission
+  /// (on_token, on_round). Returns the round's record.
+  const RoundRecord& accept(const LogitsView& target_rows) {
+    if (phase_ != Phase::proposed)
+      throw Error(std::string(name_) + ": accept() without a proposed round");
+    RoundVerdict verdict;
+    {
+      ScopedTimer timer(round_.sampling_seconds);
+      verdict = sampler_.verify(target_rows, draft_.count, draft_.proposal, length_ - 1);
+    }
+    (void)sampler_.take_seconds();  // counted by the timer
+    return finish_round(verdict);
+  }
+
+  /// The target forward of phase 2 for a single sequence.
+  LogitsView forward(const TargetInput& input) {
+    if constexpr (Sampler::memory == Memory::device) {
+      return target_->forward(input.device);
+    } else {
+      return target_->forward(input.host);
+    }
+  }
+
+  // ---------------------------------------------------------------- state
+
+  /// The sequence so far: prompt(s) and generated tokens (EOS excluded).
+  [[nodiscard]] const std::vector<token_t>& sequence() const { return sequence_; }
+  [[nodiscard]] const SpeculativeOptions& options() const { return options_; }
+  /// New options; a larger draft length takes effect at the next start().
+  void set_options(const SpeculativeOptions& options) {
+    validate(options);
+    options_ = options;
+  }
+  [[nodiscard]] const Tokenizer* tokenizer() const { return tokenizer_; }
+  [[nodiscard]] DrafterType& drafter() { return drafter_.get(); }
+  [[nodiscard]] Target& target() { return *target_; }
+  [[nodiscard]] Sampler& sampler() { return sampler_; }
+
+ private:
+  enum class Phase { idle, proposed };
+
+  [[nodiscard]] std::size_t wanted_max_k() const {
+    if constexpr (std::same_as<Draft, NoDrafter>) {
+      return 0;
+    } else {
+      return options_.adaptive ? options_.adaptive_options.max_k : options_.k;
+    }
+  }
+
+  void validate(const SpeculativeOptions& options) const {
+    if (!options.adaptive && options.k == 0)
+      throw Error(std::string(name_) + ": the draft length k must be >= 1");
+    if (options.adaptive) (void)AdaptiveDraftLength(options.adaptive_options);  // validates
+  }
+
+  void check_tokenizer() const {
+    if (tokenizer_ && tokenizer_->vocab_size() > target_->vocab_size())
+      throw Error(std::string(name_) + ": the tokenizer has " +
+                  std::to_string(tokenizer_->vocab_size()) + " tokens, the target only " +
+                  std::to_string(target_->vocab_size()));
+  }
+
+  void check_idle(const char* what) const {
+    if (phase_ != Phase::idle)
+      throw Error(std::string(name_) + ": " + what + "() in the middle of a round");
+  }
+
+  /// A new generation over the sequence, which now ends with `prompt` (its new tokens).
+  void begin_turn(std::span<const token_t> prompt, const GenerationConfig& config,
+                  const Callbacks& callbacks) {
+    config_ = config;
+    callbacks_ = callbacks;
+    result_ = GenerationResult{};
+    result_.stats.prompt_tokens = prompt.size();
+    emitter_.emplace(prompt, config_, tokenizer_, callbacks_.on_token, sequence_, result_);
+    done_ = false;
+  }
+
+  /// Feeds the target what it does not hold of the sequence minus its last token.
+  void prefill_target() {
+    const std::size_t want = sequence_.size() - 1;
+    const std::size_t cached = target_->cached();
+    if (cached > want) target_->rollback(want);
+    if (cached >= want) return;
+    const LogitsView logits =
+        target_->forward(std::span<const token_t>(sequence_).subspan(cached, want - cached));
+    detail::check_logits(logits, want - cached, target_->vocab_size(), "target (prefill)",
+                         logits_memory_v<Target>);
+  }
+
+  void begin_decode() {
+    decode_start_ = ScopedTimer::clock::now();
+    if (emitter_->stopped()) {
+      conclude(StopReason::max_tokens);  // a budget of 0
+    } else if (sequence_.size() >= target_->context_length()) {
+      conclude(StopReason::context_full);  // not one more token fits
+    }
+  }
+
+  const RoundRecord& finish_round(const RoundVerdict& verdict) {
+    const std::size_t n = verdict.accepted;
+    const std::size_t drafted = draft_.count;
+    const std::size_t length = length_;
+    if (n > drafted || verdict.drafted.size() != drafted)
+      throw Error(std::string(name_) + ": the sampler accepted " + std::to_string(n) + " of " +
+                  std::to_string(drafted) + " drafted tokens");
+    auto& drafter = drafter_.get();
+    // Roll back to the accepted prefix: the target consumed the last token and x_1 .. x_k'; it
+    // keeps the sequence plus x_1 .. x_n (y is fed by the next verify).
+    if (target_->cached() > length + n) target_->rollback(length + n);
+    drafter.keep(length + n);
+
+    GenerationStats& stats = result_.stats;
+    ++stats.rounds;
+    ++stats.target_passes;
+    stats.draft_passes += draft_.forward_passes;
+    if (drafted > 0) stats.count_draft(drafted, n);
+    if (adaptive_) adaptive_->update(drafted, n);
+    stats.draft_seconds += round_.draft_seconds;
+    stats.verify_seconds += round_.verify_seconds;
+    stats.sampling_seconds += round_.sampling_seconds;
+
+    round_.drafted.assign(verdict.drafted.begin(), verdict.drafted.end());
+    round_.accepted = n;
+    round_.rejected = n < drafted ? verdict.drafted[n] : -1;
+    round_.next = verdict.next;
+    round_.bonus = n == drafted;
+
+    // Emit x_1 .. x_n, y; a stop (EOS, budget, stop string) may end the round early. Then no
+    // cache may hold tokens beyond the sequence (a later append() continues from it).
+    const std::size_t before = result_.tokens.size();
+    for (std::size_t i = 0; i <= n; ++i)
+      if (!emitter_->emit(i < n ? verdict.drafted[i] : verdict.next)) break;
+    round_.emitted = result_.tokens.size() - before;
+    if (target_->cached() > sequence_.size()) target_->rollback(sequence_.size());
+    drafter.keep(sequence_.size());
+    phase_ = Phase::idle;
+
+    if (callbacks_.on_round) callbacks_.on_round(round_);
+    if (config_.record_rounds) result_.rounds.push_back(round_);
+    if (emitter_->stopped()) {
+      conclude(StopReason::max_tokens);  // keeps the reason already decided
+    } else if (sequence_.size() >= target_->context_length()) {
+      conclude(StopReason::context_full);
+    }
+    return round_;
+  }
+
+  void conclude(StopReason reason) {
+    emitter_->finish(reason);
+    GenerationStats& stats = result_.stats;
+    stats.decode_seconds +=
+        std::chrono::duration<double>(ScopedTimer::clock::now() - decode_start_).count();
+    stats.tokens_emitted = result_.tokens.size();
+    stats.finalize();
+    done_ = true;
+  }
+
+  Holder drafter_;
+  Target* target_;
+  SpeculativeOptions options_{};
+  const Tokenizer* tokenizer_ = nullptr;
+  const char* name_;
+  std::size_t sampler_max_k_;
+  Sampler sampler_;
+  std::optional<AdaptiveDraftLength> adaptive_;
+
+  // The current generation.
+  GenerationConfig config_;
+  Callbacks callbacks_;
+  std::vector<token_t> sequence_;  // prompt(s) + generated tokens
+  GenerationResult result_;
+  std::optional<detail::Emitter> emitter_;
+  bool done_ = true;
+  ScopedTimer::clock::time_point decode_start_{};
+
+  // The current round.
+  Phase phase_ = Phase::idle;
+  std::size_t length_ = 0;  // sequence length when it began
+  RoundRecord round_;
+  DraftResult draft_;
+  TargetInput input_;
+};
+
+}  // namespace specdec
