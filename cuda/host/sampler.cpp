@@ -209,7 +209,7 @@ struct DeviceSampler::Impl {
     if (work != Work::verify_greedy) target_counter += k + 1;
     const token_t* tokens_host = host_part<token_t>(layout.tokens);
     drafted_tokens.assign(tokens_host + 1, tokens_host + 1 + k);
-    return RoundVerdict{outcome.accepted, outcome.next, drafted_tokens};
+    return RoundVerdict{outcome.accepted, outcome.next, drafted_tokens, {}, {}};  // no p(x), q(x)
   }
 };
 

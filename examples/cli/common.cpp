@@ -21,7 +21,6 @@
 
 #include "args.hpp"
 #include "demo_models.hpp"
-#include "recording.hpp"
 #include "specdec/decoder/autoregressive.hpp"
 #include "specdec/decoder/drafters.hpp"
 #include "specdec/decoder/speculative.hpp"
@@ -326,49 +325,29 @@ std::string DecodeSetup::label() const {
 
 namespace {
 
-/// Speculative decoding with `drafter` (wrapped in a DraftWindow for --draft-min and q(x)) and
-/// the target wrapped in a ProbabilityRecorder (p(x)); both record only with `probabilities`.
+/// Speculative decoding with `drafter` (--draft-min: shorter proposals are not verified).
 template <class D>
 GenerationResult run_speculative(D& drafter, Model& target, const DecodeSetup& setup,
                                  std::span<const token_t> prompt, const GenerationConfig& config,
-                                 const Callbacks& callbacks,
-                                 std::vector<RoundProbabilities>* probabilities,
-                                 const Tokenizer* draft_tokenizer) {
+                                 const Callbacks& callbacks, const Tokenizer* draft_tokenizer) {
   SpeculativeOptions options;
   options.k = setup.k;
   options.adaptive = setup.adaptive;
+  options.min_draft = setup.draft_min;
   if (setup.adaptive) {
     options.adaptive_options.min_k = std::max<std::size_t>(1, setup.draft_min);
     options.adaptive_options.max_k = std::max(setup.max_k, options.adaptive_options.min_k);
   }
-  DraftWindow<D> window(drafter, setup.draft_min);
-  ProbabilityRecorder<cpu::Transformer> recorder(*target.lm);
-  Callbacks hooks = callbacks;
-  if (probabilities != nullptr) {
-    window.record(true);
-    recorder.record(&config.sampling);
-    hooks.on_round = [&](const RoundRecord& round) {
-      RoundProbabilities r;
-      const auto p = recorder.last_p();
-      const auto q = window.last_q();
-      const std::size_t k = round.drafted.size();
-      if (p.size() >= k) r.p.assign(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(k));
-      if (q.size() >= k) r.q.assign(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(k));
-      probabilities->push_back(std::move(r));
-      if (callbacks.on_round) callbacks.on_round(round);
-    };
-  }
-  SpeculativeDecoder<DraftWindow<D>, ProbabilityRecorder<cpu::Transformer>> decoder(
-      window, recorder, options, target.file.tokenizer.get(), draft_tokenizer);
-  return decoder.generate(prompt, config, hooks);
+  SpeculativeDecoder<D, cpu::Transformer> decoder(drafter, *target.lm, options,
+                                                  target.file.tokenizer.get(), draft_tokenizer);
+  return decoder.generate(prompt, config, callbacks);
 }
 
 }  // namespace
 
 GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setup,
                             std::span<const token_t> prompt, const GenerationConfig& config,
-                            const Callbacks& callbacks,
-                            std::vector<RoundProbabilities>* probabilities) {
+                            const Callbacks& callbacks) {
   switch (setup.drafter) {
     case DecodeSetup::Drafter::none: {
       AutoregressiveDecoder<cpu::Transformer> decoder(*target.lm, target.file.tokenizer.get());
@@ -377,15 +356,14 @@ GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setu
     case DecodeSetup::Drafter::model: {
       if (draft == nullptr) throw Error("a draft model is needed (--draft)");
       ModelDrafter<cpu::Transformer> drafter(*draft->lm);
-      return run_speculative(drafter, target, setup, prompt, config, callbacks, probabilities,
+      return run_speculative(drafter, target, setup, prompt, config, callbacks,
                              draft->file.tokenizer.get());
     }
     case DecodeSetup::Drafter::ngram: {
       NGramDrafter::Options ngram;
       ngram.max_ngram = setup.ngram;
       NGramDrafter drafter(ngram);
-      return run_speculative(drafter, target, setup, prompt, config, callbacks, probabilities,
-                             nullptr);
+      return run_speculative(drafter, target, setup, prompt, config, callbacks, nullptr);
     }
   }
   throw Error("unknown drafter");

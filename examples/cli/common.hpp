@@ -146,19 +146,12 @@ struct DecodeSetup {
   [[nodiscard]] std::string label() const;  ///< "baseline", "draft model k=4", "n-gram adaptive k"
 };
 
-/// p(x) and q(x) of one round's drafted tokens (recording.hpp).
-struct RoundProbabilities {
-  std::vector<float> p;
-  std::vector<float> q;
-};
-
 /// One generation with the setup's decoder: `draft` is used only by Drafter::model. With
-/// `probabilities`, p(x) and q(x) of every round's drafted tokens are appended to it, one entry
-/// per round (in the order of GenerationResult::rounds).
+/// config.record_rounds, every round's record (p(x) and q(x) of its drafted tokens included) is
+/// kept in the result.
 GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setup,
                             std::span<const token_t> prompt, const GenerationConfig& config,
-                            const Callbacks& callbacks = {},
-                            std::vector<RoundProbabilities>* probabilities = nullptr);
+                            const Callbacks& callbacks = {});
 
 /// Tokenizes a prompt with the target's tokenizer (BOS as the model expects) and checks that it
 /// fits the target's context. `source` names the prompt in the error ("--prompt", a file).

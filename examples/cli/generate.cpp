@@ -105,8 +105,7 @@ std::string read_prompt(const GenerateOptions& o) {
   return o.escape ? process_escapes(text) : text;
 }
 
-nlohmann::json rounds_json(const GenerationResult& result,
-                           const std::vector<RoundProbabilities>& probabilities) {
+nlohmann::json rounds_json(const GenerationResult& result) {
   nlohmann::json rounds = nlohmann::json::array();
   for (std::size_t i = 0; i < result.rounds.size(); ++i) {
     const RoundRecord& r = result.rounds[i];
@@ -121,9 +120,9 @@ nlohmann::json rounds_json(const GenerationResult& result,
                             {"draft_seconds", r.draft_seconds},
                             {"verify_seconds", r.verify_seconds},
                             {"sampling_seconds", r.sampling_seconds}};
-    if (i < probabilities.size()) {
-      round["p"] = probabilities[i].p;
-      round["q"] = probabilities[i].q;
+    if (!r.p_drafted.empty()) {
+      round["p"] = r.p_drafted;
+      round["q"] = r.q_drafted;
     }
     rounds.push_back(std::move(round));
   }
@@ -216,10 +215,8 @@ void run_generate(const GenerateOptions& o) {
     callbacks = printer->callbacks();
   }
   callbacks.should_stop = [] { return interrupted(); };
-  std::vector<RoundProbabilities> probabilities;
   GenerationResult result =
-      run_decode(target, draft ? &*draft : nullptr, setup, prompt, config, callbacks,
-                 config.record_rounds && speculative ? &probabilities : nullptr);
+      run_decode(target, draft ? &*draft : nullptr, setup, prompt, config, callbacks);
   if (printer) printer->finish();
 
   // What was run, for the JSON output and the trace's header.
@@ -250,7 +247,7 @@ void run_generate(const GenerateOptions& o) {
   out["text"] = result.text;
   out["stop_reason"] = std::string(to_string(result.stop_reason));
   out["stats"] = stats_json(result.stats);
-  if (speculative) out["rounds"] = rounds_json(result, probabilities);
+  if (speculative) out["rounds"] = rounds_json(result);
 
   if (!o.json) fmt::print(stderr, "[{}] {}\n", setup.label(), stats_line(result, speculative));
   if (trace_file) {
@@ -260,7 +257,6 @@ void run_generate(const GenerateOptions& o) {
     input.prompt = prompt;
     input.tokenizer = target.file.tokenizer.get();
     input.result = &result;
-    input.probabilities = &probabilities;
     trace_file->write(trace_html(input));
     if (!o.json) fmt::print(stderr, "trace written to {}\n", trace_file->path());
   }

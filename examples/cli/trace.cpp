@@ -216,14 +216,11 @@ nlohmann::json trace_data(const TraceInput& input) {
   }
   for (std::size_t i = 0; i < result.rounds.size(); ++i) {
     const RoundRecord& r = result.rounds[i];
-    const RoundProbabilities* pq = input.probabilities && i < input.probabilities->size()
-                                       ? &(*input.probabilities)[i]
-                                       : nullptr;
     nlohmann::json drafted = nlohmann::json::array();
     for (std::size_t j = 0; j < r.drafted.size(); ++j) {
       nlohmann::json t = token_json(input.tokenizer, r.drafted[j]);
-      if (pq && j < pq->p.size()) t["p"] = pq->p[j];
-      if (pq && j < pq->q.size()) t["q"] = pq->q[j];
+      if (j < r.p_drafted.size()) t["p"] = r.p_drafted[j];
+      if (j < r.q_drafted.size()) t["q"] = r.q_drafted[j];
       drafted.push_back(std::move(t));
     }
     rounds.push_back({{"position", r.position},

@@ -27,8 +27,6 @@ struct TraceInput {
   std::span<const token_t> prompt;           ///< prompt ids (BOS included)
   const Tokenizer* tokenizer = nullptr;      ///< for the tokens' text (ids only when null)
   const GenerationResult* result = nullptr;  ///< with rounds recorded (record_rounds)
-  /// p(x) and q(x) of each round's drafted tokens, one entry per round (may be null or short)
-  const std::vector<RoundProbabilities>* probabilities = nullptr;
 };
 
 /// The page's JSON data: settings, stats, the prompt's text and one object per round.

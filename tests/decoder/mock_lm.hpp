@@ -40,6 +40,11 @@ class MockLM {
   [[nodiscard]] std::size_t context_length() const { return context_; }
   [[nodiscard]] std::size_t cached() const { return cache.size(); }
 
+  /// The logits row the model returns after consuming `prefix` (no state change).
+  [[nodiscard]] std::vector<float> logits_of(std::span<const token_t> prefix) const {
+    return next_logits_(prefix);
+  }
+
   LogitsView forward(std::span<const token_t> tokens) {
     if (tokens.empty()) throw Error("MockLM: forward of no tokens");
     if (cache.size() + tokens.size() > context_)

@@ -255,3 +255,97 @@ TEST_CASE("NaN and infinite logits name the model and the position", "[decoder]"
     }
   }
 }
+
+/// A model-free drafter proposing the counting model's continuation, round r proposing
+/// sizes[r % sizes.size()] tokens (at most k).
+struct ScriptedDrafter {
+  std::vector<std::size_t> sizes;
+  std::size_t round = 0;
+  std::vector<token_t> proposal;
+  [[nodiscard]] std::size_t vocab_size() const { return 0; }
+  [[nodiscard]] std::size_t max_draft(std::size_t) const { return 64; }
+  void start(std::span<const token_t>) { round = 0; }
+  void extend(std::span<const token_t>) {}
+  void keep(std::size_t) {}
+  template <specdec::RoundSampler S>
+  specdec::DraftResult draft(std::span<const token_t> sequence, std::size_t k, S& sampler) {
+    proposal.clear();
+    const std::size_t m = std::min(k, sizes[round++ % sizes.size()]);
+    for (std::size_t i = 0; i < m; ++i)
+      proposal.push_back(static_cast<token_t>((sequence.back() + 1 + static_cast<token_t>(i)) %
+                                              static_cast<token_t>(kVocab)));
+    sampler.propose(std::span<const token_t>(proposal));
+    return specdec::DraftResult{proposal.size(), specdec::Proposal::point_mass, 0};
+  }
+};
+
+TEST_CASE("min_draft: shorter proposals are plain target steps, the output unchanged",
+          "[decoder]") {
+  // Proposals of 1, 4, 2, 3 tokens in turn; with min_draft 3 the 1- and 2-token ones are
+  // dropped (llama.cpp's --draft-min): those rounds verify nothing and emit one token.
+  const std::vector<token_t> prompt = {1, 2, 3};
+  auto run = [&](std::size_t min_draft) {
+    MockLM target = counting_model(64, {7, 12});
+    ScriptedDrafter drafter{{1, 4, 2, 3}, 0, {}};
+    SpeculativeOptions options;
+    options.k = 4;
+    options.min_draft = min_draft;
+    SpeculativeDecoder<ScriptedDrafter, MockLM> decoder(drafter, target, options);
+    return decoder.generate(prompt, greedy(20));
+  };
+  const auto plain = run(0);
+  const auto windowed = run(3);
+  CHECK(windowed.tokens == plain.tokens);  // greedy: exact either way
+  std::vector<std::size_t> plain_sizes, windowed_sizes;
+  for (const auto& round : plain.rounds) plain_sizes.push_back(round.drafted.size());
+  for (const auto& round : windowed.rounds) windowed_sizes.push_back(round.drafted.size());
+  CHECK(plain_sizes[0] == 1);
+  CHECK(plain_sizes[1] == 4);
+  CHECK(windowed_sizes[0] == 0);  // 1 < 3: not verified
+  CHECK(windowed.rounds[0].emitted == 1);
+  CHECK(windowed_sizes[1] == 4);
+  CHECK(windowed_sizes[2] == 0);  // 2 < 3
+  for (const std::size_t size : windowed_sizes) CHECK((size == 0 || size >= 3));
+
+  MockLM target = counting_model(64);
+  ScriptedDrafter drafter{{1}, 0, {}};
+  SpeculativeOptions bad;
+  bad.k = 2;
+  bad.min_draft = 3;
+  CHECK_THROWS_WITH((SpeculativeDecoder<ScriptedDrafter, MockLM>(drafter, target, bad)),
+                    Catch::Contains("min_draft 3") && Catch::Contains("largest draft length 2"));
+}
+
+TEST_CASE("the round record carries p(x) and q(x) of the drafted tokens", "[decoder]") {
+  // Sampled drafting from a Markov draft against a Markov target: p(x_i) and q(x_i) in the
+  // record are the processed distributions' values at the drafted tokens (recomputed here from
+  // the models' logits with the same processing).
+  const Markov target_law(11), draft_law(12);
+  MockLM target = target_law.lm(), draft = draft_law.lm();
+  SpeculativeOptions options;
+  options.k = 3;
+  SpeculativeDecoder<MockLM, MockLM> decoder(draft, target, options);
+  GenerationConfig cfg = greedy(24);
+  cfg.sampling.temperature = 0.9f;
+  cfg.seed = 5;
+  const auto result = decoder.generate(std::vector<token_t>{1, 2}, cfg);
+  REQUIRE_FALSE(result.rounds.empty());
+  std::vector<token_t> sequence = {1, 2};
+  for (const auto& round : result.rounds) {
+    REQUIRE(round.p_drafted.size() == round.drafted.size());
+    REQUIRE(round.q_drafted.size() == round.drafted.size());
+    std::vector<token_t> prefix = sequence;
+    for (std::size_t i = 0; i < round.drafted.size(); ++i) {
+      const auto x = static_cast<std::size_t>(round.drafted[i]);
+      auto probs = [&](MockLM& m) {
+        const std::vector<float> logits = m.logits_of(prefix);
+        return specdec::sampling::process_logits<float>(logits, cfg.sampling);
+      };
+      CHECK(round.p_drafted[i] == probs(target)[x]);
+      CHECK(round.q_drafted[i] == probs(draft)[x]);
+      prefix.push_back(round.drafted[i]);
+    }
+    for (std::size_t i = 0; i < round.accepted; ++i) sequence.push_back(round.drafted[i]);
+    sequence.push_back(round.next);
+  }
+}

@@ -68,6 +68,8 @@ struct RoundVerdict {
   std::size_t accepted = 0;          ///< n: x_1 .. x_n are kept
   token_t next = -1;                 ///< y: residual sample (n < k) or bonus token (n == k)
   std::span<const token_t> drafted;  ///< x_1 .. x_k (host copy, valid until the next round)
+  /// p(x_i), q(x_i) for i = 1 .. k (RoundRecord::p_drafted); empty when not reported.
+  std::span<const float> p_drafted, q_drafted;
 };
 
 /// A per-sequence sampler (see the top of this file). Positions name the sequence index of the
@@ -243,8 +245,17 @@ class HostSampler {
       verdict = sampling::verify_chain<float>(p, std::span<const float>(q_).first(k * vocab_),
                                               drafted, vocab_, target_rng_);
     }
+    // What the acceptance test compared, for the round record (k lookups).
+    p_drafted_.resize(k);
+    q_drafted_.resize(k);
+    const bool have_q = proposal == Proposal::sampled && q_.size() >= k * vocab_;
+    for (std::size_t i = 0; i < k; ++i) {
+      const auto x = static_cast<std::size_t>(drafted[i]);
+      p_drafted_[i] = p_[i * vocab_ + x];
+      q_drafted_[i] = have_q ? q_[i * vocab_ + x] : 1.0f;  // a point mass otherwise
+    }
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return RoundVerdict{verdict.accepted, verdict.next, drafted};
+    return RoundVerdict{verdict.accepted, verdict.next, drafted, p_drafted_, q_drafted_};
   }
 
   double take_seconds() { return std::exchange(seconds_, 0.0); }
@@ -294,6 +305,7 @@ class HostSampler {
   std::vector<token_t> tokens_;  // [1 + k]: the sequence's last token, x_1 .. x_k
   std::vector<float> q_;         // [k][V]: processed draft rows (Proposal::sampled)
   std::vector<float> p_;         // [k + 1][V]: processed target rows of the last verify
+  std::vector<float> p_drafted_, q_drafted_;  // [k]: p(x_i), q(x_i) of the last verify
   double seconds_ = 0;
 };
 

@@ -52,6 +52,9 @@ namespace specdec {
 struct SpeculativeOptions {
   std::size_t k = 4;      ///< fixed draft length (ignored when adaptive)
   bool adaptive = false;  ///< choose k each round with AdaptiveDraftLength
+  /// A proposal of fewer tokens is not verified: the round is a plain target step (llama.cpp's
+  /// --draft-min; exactness is unaffected, any subset of rounds may skip its draft).
+  std::size_t min_draft = 0;
   AdaptiveDraftLength::Options adaptive_options{};
 };
 
@@ -305,6 +308,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     if (draft_.count > k)
       throw Error(std::string(name_) + ": the drafter proposed " + std::to_string(draft_.count) +
                   " tokens, more than the " + std::to_string(k) + " asked for");
+    if (draft_.count < options_.min_draft) draft_.count = 0;  // too short to be worth a verify
     input_ = sampler_.target_input(draft_.count);
     phase_ = Phase::proposed;
     return input_;
@@ -363,6 +367,10 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     if (!options.adaptive && options.k == 0)
       throw Error(std::string(name_) + ": the draft length k must be >= 1");
     if (options.adaptive) (void)AdaptiveDraftLength(options.adaptive_options);  // validates
+    const std::size_t max_k = options.adaptive ? options.adaptive_options.max_k : options.k;
+    if (options.min_draft > max_k)
+      throw Error(std::string(name_) + ": min_draft " + std::to_string(options.min_draft) +
+                  " exceeds the largest draft length " + std::to_string(max_k));
   }
 
   void check_tokenizer() const {
@@ -437,6 +445,8 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     round_.rejected = n < drafted ? verdict.drafted[n] : -1;
     round_.next = verdict.next;
     round_.bonus = n == drafted;
+    round_.p_drafted.assign(verdict.p_drafted.begin(), verdict.p_drafted.end());
+    round_.q_drafted.assign(verdict.q_drafted.begin(), verdict.q_drafted.end());
 
     // Emit x_1 .. x_n, y; a stop (EOS, budget, stop string) may end the round early. Then no
     // cache may hold tokens beyond the sequence (a later append() continues from it).

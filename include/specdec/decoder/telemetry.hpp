@@ -53,9 +53,13 @@ struct RoundRecord {
   token_t next = -1;             ///< y: residual (correction) or bonus token
   bool bonus = false;            ///< n == k' (y came from the target's last row)
   std::size_t emitted = 0;       ///< tokens of x_1..x_n, y actually emitted (a stop may cut)
-  double draft_seconds = 0;      ///< draft model forwards of this round
-  double verify_seconds = 0;     ///< the target forward of this round
-  double sampling_seconds = 0;   ///< logit processing, draft sampling and verify_chain
+  /// p(x_i) and q(x_i) of x_1..x_k' under the processed distributions: the two numbers the
+  /// acceptance test min(1, p / q) compared (q = 1 for a point-mass drafter such as n-gram
+  /// lookup). Empty when the sampler does not report them (the device sampler) or k' = 0.
+  std::vector<float> p_drafted, q_drafted;
+  double draft_seconds = 0;     ///< draft model forwards of this round
+  double verify_seconds = 0;    ///< the target forward of this round
+  double sampling_seconds = 0;  ///< logit processing, draft sampling and verify_chain
 };
 
 /// Counters and timings of one generate() call. Times are wall-clock seconds.
