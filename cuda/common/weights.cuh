@@ -105,7 +105,8 @@ SPECDEC_HD constexpr unsigned long long iq4_packed(int half) {
 }
 SPECDEC_DEVICE float iq4_value(unsigned nibble) {
   constexpr unsigned long long lo = iq4_packed(0), hi = iq4_packed(1);
-  const unsigned biased = static_cast<unsigned>(((nibble < 8 ? lo : hi) >> (8 * (nibble & 7))) & 0xFF);
+  const unsigned biased =
+      static_cast<unsigned>(((nibble < 8 ? lo : hi) >> (8 * (nibble & 7))) & 0xFF);
   return small_int<128>(biased);
 }
 
@@ -502,9 +503,9 @@ struct TraitsIQ4_XS {
     Piece piece;
     load_words<8>(block + offsetof(BlockIQ4XS, qs) + 16 * p, piece.qs);
     const float d = half_bits(static_cast<std::uint16_t>(load_u16(block)));
-    const int low = static_cast<int>(load_u8(block + offsetof(BlockIQ4XS, scales_l) + p / 2) >>
-                                     (4 * (p % 2))) &
-                    0xF;
+    const int low =
+        static_cast<int>(load_u8(block + offsetof(BlockIQ4XS, scales_l) + p / 2) >> (4 * (p % 2))) &
+        0xF;
     const int high =
         static_cast<int>(load_u16(block + offsetof(BlockIQ4XS, scales_h)) >> (2 * p)) & 3;
     piece.dl = __fmul_rn(d, static_cast<float>((low | (high << 4)) - 32));

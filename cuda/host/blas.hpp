@@ -17,8 +17,8 @@ class Blas {
 
   /// y[n][out] = x[n][in] W[out][in]^T: W and x of `type` (F16 or BF16), y f32 with row t at
   /// y + t * ldy (ldy >= out), f32 accumulation (device pointers). Enqueued on `stream`.
-  void gemm_xwT(DType type, const void* w, const void* x, float* y, int n, int out, int in,
-                int ldy, cudaStream_t stream);
+  void gemm_xwT(DType type, const void* w, const void* x, float* y, int n, int out, int in, int ldy,
+                cudaStream_t stream);
 
  private:
   void* handle_ = nullptr;  // cublasHandle_t with nvcc

@@ -54,12 +54,15 @@ namespace {
 
 constexpr int kGraphMaxTokens = kernels::kSkinnyMaxTokens;
 
-DType half_type(Options::Weights w) { return w == Options::Weights::f16 ? DType::f16 : DType::bf16; }
+DType half_type(Options::Weights w) {
+  return w == Options::Weights::f16 ? DType::f16 : DType::bf16;
+}
 KvType kv_type(Options::Kv k) { return k == Options::Kv::f16 ? KvType::f16 : KvType::f32; }
 
-/// Prefill steps dequantise a matrix for cuBLAS in row chunks of at most this many weights
-/// (a 32 MiB f16 scratch buffer), so that a large output head needs no full 16-bit copy.
-constexpr std::size_t kPrefillScratchWeights = std::size_t{16} << 20;
+/// Prefill steps dequantise a matrix for cuBLAS in row chunks of a scratch buffer of this size
+/// by default (Options::prefill_scratch_bytes), so that a large output head needs no full 16-bit
+/// copy.
+constexpr std::size_t kPrefillScratchBytes = std::size_t{32} << 20;
 
 const Tensor& matrix(const WeightStore& w, const std::string& name, std::size_t rows,
                      std::size_t cols) {
@@ -69,9 +72,10 @@ const Tensor& matrix(const WeightStore& w, const std::string& name, std::size_t 
                             fmt::join(t.shape, ", "), rows, cols));
   }
   if (!kernels::has_weight_kernels(t.dtype)) {
-    throw Error(fmt::format("cuda::Transformer: tensor {} has type {}, which the CUDA backend "
-                            "cannot multiply",
-                            name, dtype_name(t.dtype)));
+    throw Error(
+        fmt::format("cuda::Transformer: tensor {} has type {}, which the CUDA backend "
+                    "cannot multiply",
+                    name, dtype_name(t.dtype)));
   }
   const std::size_t row_bytes = dtype_row_bytes(t.dtype, cols, "tensor " + name);
   if (t.data == nullptr || t.nbytes < rows * row_bytes) {
@@ -418,6 +422,10 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
     throw Error("cuda::Transformer: context length is 0 (set Options::context_length)");
   m.step_tokens = options.max_step_tokens;
   if (options.norm_threads > 0) m.norm_threads = options.norm_threads;
+  if (options.gemm_warps > kernels::kSkinnyMaxWarps) {
+    throw Error(fmt::format("cuda::Transformer: Options::gemm_warps is {}, at most {}",
+                            options.gemm_warps, kernels::kSkinnyMaxWarps));
+  }
   if (options.gemm_warps > 0) m.gemm_warps = options.gemm_warps;
   if (options.attention_warps > 0) m.attention_warps = options.attention_warps;
 
@@ -434,7 +442,8 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
 
   // ---- weights: matrices keep their file's bytes (F32 ones become m.half), vectors are f32
   {
-    const Projection table = m.upload_projection({&matrix(w, "token_embd.weight", c.vocab_size, c.dim)});
+    const Projection table =
+        m.upload_projection({&matrix(w, "token_embd.weight", c.vocab_size, c.dim)});
     m.embed = table.parts.front().matrix;
     const Tensor* output = c.tied_embeddings ? nullptr : w.find("output.weight");
     m.head = output == nullptr
@@ -486,13 +495,14 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   m.act = DeviceArray<float>(S * c.ffn_dim);
   if (S > static_cast<std::size_t>(kernels::kSkinnyMaxTokens)) {  // prefill steps are possible
     m.x16 = DeviceArray<std::uint16_t>(S * std::max({c.dim, c.ffn_dim, c.q_dim()}));
-    // The dequantisation scratch: the largest matrix that is not already m.half, capped (but at
-    // least one row).
-    std::size_t largest = 0;
+    // The dequantisation scratch: the largest matrix that is not already m.half, capped by
+    // Options::prefill_scratch_bytes (but at least one row).
+    std::size_t largest = 0, widest = 0;
     auto consider = [&](const Projection& P) {
       for (const auto& part : P.parts) {
-        if (part.matrix.type != m.half)
-          largest = std::max(largest, part.matrix.rows * part.matrix.cols);
+        if (part.matrix.type == m.half) continue;
+        largest = std::max(largest, part.matrix.rows * part.matrix.cols);
+        widest = std::max(widest, part.matrix.cols);
       }
     };
     consider(m.head);
@@ -500,9 +510,10 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
       for (const Projection* P : {&L.qkv, &L.o, &L.gate_up, &L.down}) consider(*P);
     }
     if (largest > 0) {
-      const std::size_t widest = std::max({c.dim, c.ffn_dim, c.q_dim()});
-      m.w16 = DeviceArray<std::uint16_t>(
-          std::min(largest, std::max(kPrefillScratchWeights, widest)));
+      const std::size_t cap = (options.prefill_scratch_bytes != 0 ? options.prefill_scratch_bytes
+                                                                  : kPrefillScratchBytes) /
+                              sizeof(std::uint16_t);
+      m.w16 = DeviceArray<std::uint16_t>(std::min(largest, std::max(cap, widest)));
     }
   }
   m.attn_work = DeviceArray<float>(kernels::attention_workspace_floats(
@@ -593,11 +604,11 @@ Transformer::GraphStats Transformer::graph_stats() const noexcept { return impl_
 
 std::size_t Transformer::device_bytes() const noexcept {
   const Impl& m = *impl_;
-  std::size_t b = m.output_norm.bytes() + m.inv_freq.bytes() +
-                  m.k_cache.bytes() + m.v_cache.bytes() + m.tokens.bytes() + m.start.bytes() +
-                  m.h.bytes() + m.xn.bytes() + m.qkv.bytes() + m.q.bytes() + m.att.bytes() +
-                  m.delta.bytes() + m.gate_up.bytes() + m.act.bytes() + m.attn_work.bytes() +
-                  m.x16.bytes() + m.w16.bytes() + m.logits.bytes();
+  std::size_t b = m.output_norm.bytes() + m.inv_freq.bytes() + m.k_cache.bytes() +
+                  m.v_cache.bytes() + m.tokens.bytes() + m.start.bytes() + m.h.bytes() +
+                  m.xn.bytes() + m.qkv.bytes() + m.q.bytes() + m.att.bytes() + m.delta.bytes() +
+                  m.gate_up.bytes() + m.act.bytes() + m.attn_work.bytes() + m.x16.bytes() +
+                  m.w16.bytes() + m.logits.bytes();
   for (const auto& bytes : m.storage) b += bytes.bytes();
   for (const Layer& L : m.layers) {
     b += L.attn_norm.bytes() + L.ffn_norm.bytes() + L.qkv_bias.bytes() + L.q_norm.bytes() +

@@ -23,8 +23,7 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void convert_f32(const float* in, std::size_t count, DType type, void* out,
-                 cudaStream_t stream) {
+void convert_f32(const float* in, std::size_t count, DType type, void* out, cudaStream_t stream) {
   if (!is_16bit(type)) throw Error("convert_f32: the output type must be F16 or BF16");
   if (count == 0) return;
   const auto blocks =

@@ -131,8 +131,8 @@ void dequantize_rows(DType type, const void* w, int rows, int cols, DType to, vo
         launch(dequantize_kernel<Traits, false, Out>, grid, block, 0, stream, bytes, row_bytes,
                cols, typed_out);
       } else if constexpr (Traits::kFloat) {
-        launch(dequantize_kernel<Traits, true, Out>, grid, block, 0, stream, bytes, row_bytes,
-               cols, typed_out);
+        launch(dequantize_kernel<Traits, true, Out>, grid, block, 0, stream, bytes, row_bytes, cols,
+               typed_out);
       }
     };
     if (to == DType::f16) {

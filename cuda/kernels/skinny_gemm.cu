@@ -27,8 +27,8 @@ namespace {
 // Adds the eight products of one group of weights (columns column .. column + 7) to the partial
 // sums of every token.
 template <int NT>
-SPECDEC_DEVICE void accumulate_group(const float (&w)[8], const float* x, int in, int n,
-                                     int column, float (&acc)[NT]) {
+SPECDEC_DEVICE void accumulate_group(const float (&w)[8], const float* x, int in, int n, int column,
+                                     float (&acc)[NT]) {
   SPECDEC_UNROLL
   for (int t = 0; t < NT; ++t) {
     if (t < n) {
@@ -53,8 +53,7 @@ SPECDEC_DEVICE void accumulate_group(const float (&w)[8], const float* x, int in
 // Adds one decoded piece (piece p_in_block of the block whose first column is column0).
 template <class Traits, int NT>
 SPECDEC_DEVICE void accumulate_piece(const typename Traits::Piece& piece, int p_in_block,
-                                     int column0, const float* x, int in, int n,
-                                     float (&acc)[NT]) {
+                                     int column0, const float* x, int in, int n, float (&acc)[NT]) {
   constexpr PieceLayout kLayout = piece_layout(Traits::kType);
   SPECDEC_UNROLL
   for (int g = 0; g < kLayout.groups; ++g) {
@@ -142,7 +141,9 @@ void run(const Args& a) {
   const dim3 grid(static_cast<unsigned>(ceil_div(a.out, a.warps * kRowsPerWarp)));
   const dim3 block(static_cast<unsigned>(a.warps * kWarpSize));
   const auto* w = static_cast<const std::uint8_t*>(a.w);
-  const auto aligned16 = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  const auto aligned16 = [](const void* p) {
+    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+  };
   if constexpr (Traits::kFloat) {
     const std::size_t row_bytes =
         static_cast<std::size_t>(a.in) * (kLayout.block_bytes / kLayout.block_elems);
@@ -150,8 +151,8 @@ void run(const Args& a) {
       launch(skinny_gemm_kernel<Traits, NT, false>, grid, block, 0, a.stream, w, row_bytes, a.x,
              a.y, a.n, a.out, a.in, a.ldy);
     } else {
-      launch(skinny_gemm_kernel<Traits, NT, true>, grid, block, 0, a.stream, w, row_bytes, a.x,
-             a.y, a.n, a.out, a.in, a.ldy);
+      launch(skinny_gemm_kernel<Traits, NT, true>, grid, block, 0, a.stream, w, row_bytes, a.x, a.y,
+             a.n, a.out, a.in, a.ldy);
     }
   } else {
     const std::size_t row_bytes =

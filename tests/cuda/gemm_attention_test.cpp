@@ -35,7 +35,9 @@ std::vector<DType> all_types() {
 }
 
 /// A row length of `blocks` blocks of t.
-int cols_of(DType t, int blocks) { return blocks * static_cast<int>(specdec::dtype_block_elems(t)); }
+int cols_of(DType t, int blocks) {
+  return blocks * static_cast<int>(specdec::dtype_block_elems(t));
+}
 
 /// Runs the skinny GEMM on random weights of type t and checks it against both references:
 /// bitwise against the exact-order one, within rounding against the double-precision one.
@@ -59,14 +61,12 @@ void check_gemm(DType type, int out, int in, int n, int warps, std::uint32_t see
   // f32 accumulation of `in` products of magnitude <= max|w| * 2: its rounding bound.
   double w_max = 0.0;
   for (const float v : w) w_max = std::max(w_max, std::abs(double{v}));
-  require_close(got, ref::gemm_xwT(w, x, n, out, in), 1e-5,
-                2e-6 * w_max * static_cast<double>(in));
+  require_close(got, ref::gemm_xwT(w, x, n, out, in), 1e-5, 2e-6 * w_max * static_cast<double>(in));
 }
 
 }  // namespace
 
-TEST_CASE("skinny GEMM matches the references for every weight type",
-          "[cuda-emu][kernels][gemm]") {
+TEST_CASE("skinny GEMM matches the references for every weight type", "[cuda-emu][kernels][gemm]") {
   // Ragged shapes: row counts that are not multiples of the rows per block (2 per warp), one
   // block per row, several, and the 896 / 4864 widths of Qwen2.5-0.5B (896 is no multiple of
   // the K-quants' 256: only the 32-block and float types have it).
@@ -101,8 +101,7 @@ TEST_CASE("skinny GEMM writes rows of a wider output (ldy)", "[cuda-emu][kernels
   DeviceBuffer<std::uint8_t> d_w(bytes);
   DeviceBuffer<float> d_x(x);
   DeviceBuffer<float> d_y(static_cast<std::size_t>(n) * ldy);
-  k::skinny_gemm(DType::q4_k, d_w.get(), d_x.get(), d_y.get() + first, n, out, in, nullptr, 2,
-                 ldy);
+  k::skinny_gemm(DType::q4_k, d_w.get(), d_x.get(), d_y.get() + first, n, out, in, nullptr, 2, ldy);
   const auto y = d_y.download();
   const auto exact = ref::gemm_exact_order(DType::q4_k, w, x, n, out, in, false);
   for (int t = 0; t < n; ++t) {
@@ -143,9 +142,9 @@ TEST_CASE("skinny GEMM is batch-invariant bit for bit", "[cuda-emu][kernels][gem
   };
   // F16 with one vector path with full and partial chunks and one element-wise; quantised types
   // of each family.
-  for (const Case c : {Case{DType::f16, 256}, Case{DType::f16, 72}, Case{DType::f16, 100},
-                       Case{DType::q4_k, 512}, Case{DType::q6_k, 768}, Case{DType::q8_0, 96},
-                       Case{DType::q5_1, 64}}) {
+  for (const Case c :
+       {Case{DType::f16, 256}, Case{DType::f16, 72}, Case{DType::f16, 100}, Case{DType::q4_k, 512},
+        Case{DType::q6_k, 768}, Case{DType::q8_0, 96}, Case{DType::q5_1, 64}}) {
     const int in = c.in;
     const int out = 24;
     const int max_n = k::kSkinnyMaxTokens;
@@ -158,8 +157,8 @@ TEST_CASE("skinny GEMM is batch-invariant bit for bit", "[cuda-emu][kernels][gem
     const auto full = d_full.download();
     for (int n = 1; n <= max_n; ++n) {
       for (int first = 0; first + n <= max_n; first += n) {
-        INFO(specdec::dtype_name(c.type) << " in " << in << " batch of " << n
-                                         << " starting at token " << first);
+        INFO(specdec::dtype_name(c.type)
+             << " in " << in << " batch of " << n << " starting at token " << first);
         DeviceBuffer<float> d_sub(
             std::vector<float>(x.begin() + static_cast<std::ptrdiff_t>(first) * in,
                                x.begin() + static_cast<std::ptrdiff_t>(first + n) * in));

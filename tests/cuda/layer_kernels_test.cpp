@@ -17,8 +17,8 @@
 
 namespace {
 
-using specdec::RopeLayout;
 using specdec::DType;
+using specdec::RopeLayout;
 using specdec::cuda::KvType;
 using specdec::test::DeviceBuffer;
 using specdec::test::for_each_order;
@@ -71,7 +71,8 @@ TEST_CASE("dequantize_rows to F16 / BF16: every weight type, bit for bit", "[cud
     const int block = static_cast<int>(specdec::dtype_block_elems(type));
     for (const int cols : {block == 1 ? 40 : 2 * block, block == 1 ? 13 : block}) {
       const int rows = 5;
-      const auto bytes = specdec::test::random_weights(type, rows, static_cast<std::size_t>(cols), 7u);
+      const auto bytes =
+          specdec::test::random_weights(type, rows, static_cast<std::size_t>(cols), 7u);
       const auto values = specdec::test::dequantized(type, bytes, rows, cols);
       DeviceBuffer<std::uint8_t> d_w(bytes);
       for (const DType to : {DType::f16, DType::bf16}) {
@@ -193,10 +194,10 @@ TEST_CASE("rotary embedding fused into the KV-cache write", "[cuda-emu][kernels]
           require_close(got_q, exp_q, 1e-5, 1e-5);
 
           const double kv_tol = kv == KvType::f16 ? 1e-3 : 1e-5;
-          const auto kc = kv == KvType::f16 ? ref::from_bits(d_k16.download(), DType::f16)
-                                            : d_k32.download();
-          const auto vc = kv == KvType::f16 ? ref::from_bits(d_v16.download(), DType::f16)
-                                            : d_v32.download();
+          const auto kc =
+              kv == KvType::f16 ? ref::from_bits(d_k16.download(), DType::f16) : d_k32.download();
+          const auto vc =
+              kv == KvType::f16 ? ref::from_bits(d_v16.download(), DType::f16) : d_v32.download();
           for (int t = 0; t < s.n; ++t) {
             for (int h = 0; h < s.n_kv; ++h) {
               for (int d = 0; d < s.hd; ++d) {

@@ -48,9 +48,15 @@ struct Options {
   std::size_t context_length = 0;     ///< 0: the model's context length
   std::size_t max_step_tokens = 256;  ///< longer forward() inputs are processed in steps of this
   bool cuda_graphs = true;            ///< capture steps of <= 16 tokens once per shape and replay
+  /// Prefill steps dequantise each matrix that is not already in the `weights` type into a
+  /// scratch buffer of at most this many bytes, a chunk of rows at a time, before each cuBLAS
+  /// product (0: 32 MiB; a chunk is at least one row). Smaller saves memory, larger makes fewer,
+  /// larger products.
+  std::size_t prefill_scratch_bytes = 0;
   int device = 0;
-  /// Threads per block of the row-wise kernels and warps per block of the skinny GEMM and the
-  /// attention. 0: the GPU defaults; the emulated tests pass small values to run faster.
+  /// Threads per block of the row-wise kernels and warps per block of the skinny GEMM (at most
+  /// 4) and the attention. 0: the GPU defaults; the emulated tests pass small values to run
+  /// faster.
   int norm_threads = 0;
   int gemm_warps = 0;
   int attention_warps = 0;
