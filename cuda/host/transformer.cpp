@@ -422,9 +422,9 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
     throw Error("cuda::Transformer: context length is 0 (set Options::context_length)");
   m.step_tokens = options.max_step_tokens;
   if (options.norm_threads > 0) m.norm_threads = options.norm_threads;
-  if (options.gemm_warps > kernels::kSkinnyMaxWarps) {
-    throw Error(fmt::format("cuda::Transformer: Options::gemm_warps is {}, at most {}",
-                            options.gemm_warps, kernels::kSkinnyMaxWarps));
+  if (options.gemm_warps > 32) {
+    throw Error(fmt::format("cuda::Transformer: Options::gemm_warps is {}, at most 32",
+                            options.gemm_warps));
   }
   if (options.gemm_warps > 0) m.gemm_warps = options.gemm_warps;
   if (options.attention_warps > 0) m.attention_warps = options.attention_warps;

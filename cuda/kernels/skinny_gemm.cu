@@ -181,7 +181,7 @@ void skinny_gemm(DType type, const void* w, const float* x, float* y, int n, int
                  cudaStream_t stream, int warps, int ldy) {
   if (n < 1 || n > kSkinnyMaxTokens) throw Error("skinny_gemm: n must be in [1, 16]");
   if (out <= 0 || in <= 0) throw Error("skinny_gemm: empty matrix");
-  if (warps < 1 || warps > kSkinnyMaxWarps) throw Error("skinny_gemm: warps must be in [1, 4]");
+  if (warps < 1 || warps > 32) throw Error("skinny_gemm: warps must be in [1, 32]");
   if (ldy == 0) ldy = out;
   if (ldy < out) {
     throw Error("skinny_gemm: ldy " + std::to_string(ldy) + " is less than out " +

@@ -22,14 +22,13 @@
 namespace specdec::cuda::kernels {
 
 inline constexpr int kSkinnyMaxTokens = 16;
-inline constexpr int kSkinnyMaxWarps = 4;  ///< per block (the kernels' launch bounds)
 
 /// Whether skinny_gemm, embedding_gather and dequantize_rows handle weights of type t (every
 /// DType the model layer computes with does).
 bool has_weight_kernels(DType t) noexcept;
 
 /// y[t][r] = sum_k W[r][k] x[t][k] for 1 <= n <= 16 (device pointers; y row t at y + t * ldy,
-/// ldy = 0 meaning out). `warps` (1 to 4) per block, two rows per warp; 4 is the GPU default,
+/// ldy = 0 meaning out). `warps` (1 to 32) per block, two rows per warp; 4 is the GPU default,
 /// the emulated tests also run 1 and 2.
 /// Quantised types need `in` to be a multiple of the block size, W aligned as its blocks are in
 /// a GGUF file mapped at a page boundary (2 to 16 bytes: weight_layout.hpp; cudaMalloc gives

@@ -226,8 +226,8 @@ TEST_CASE("cuda::Transformer names the tensor of a bad quantised matrix",
   t.nbytes -= 34;
   CHECK_THAT(message(replaced(t)),
              Catch::Contains("blk.0.ffn_down.weight") && Catch::Contains("bytes"));
-  // Options::gemm_warps beyond the kernels' launch bounds.
+  // Options::gemm_warps beyond a block's 32 warps.
   auto options = cuda_options();
-  options.gemm_warps = 8;
+  options.gemm_warps = 33;
   CHECK_THROWS_AS(specdec::cuda::Transformer(m->config, m->quantised, options), specdec::Error);
 }

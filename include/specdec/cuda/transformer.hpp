@@ -55,7 +55,7 @@ struct Options {
   std::size_t prefill_scratch_bytes = 0;
   int device = 0;
   /// Threads per block of the row-wise kernels and warps per block of the skinny GEMM (at most
-  /// 4) and the attention. 0: the GPU defaults; the emulated tests pass small values to run
+  /// 32) and the attention. 0: the GPU defaults; the emulated tests pass small values to run
   /// faster.
   int norm_threads = 0;
   int gemm_warps = 0;
