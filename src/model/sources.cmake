@@ -3,6 +3,7 @@ list(APPEND SOURCES
   model/config.cpp
   model/dtype.cpp    # the table of weight types
   model/quants.cpp   # dequantisers and quantisers of every weight type
+  model/random_blocks.cpp  # random weights of any type (tests, benchmark models)
   model/weights.cpp
   model/gguf.cpp
   model/gguf_model.cpp

@@ -109,13 +109,22 @@ struct MatrixRef {
   static MatrixRef of(const Tensor& t);
 };
 
-/// Whether matmul() has kernels for weights of this type.
+/// Whether matmul() has kernels for weights of this type (every DType has them; the Transformer
+/// still checks, so that a type added to the model layer first fails at load, by name).
 bool has_matmul_kernel(DType t) noexcept;
 
-/// Whether the kernels for `isa` read activations for `dtype` weights as bf16 (AMX tiles, or rows
-/// for AVX512_BF16) or Q8_0.
-enum class InputFormat : std::uint8_t { f32, bf16_tiles, q8_0_rows, q8_0_tiles, bf16_rows };
-inline constexpr std::size_t input_format_count = 5;
+/// What the kernels for `isa` read as activations for `dtype` weights: f32, bf16 (AMX tiles, or
+/// rows for AVX512_BF16), or 8-bit quants per block of 32 (Q8_0 and the other 32-blocks) or of
+/// 256 (the K-quants and IQ4_XS).
+enum class InputFormat : std::uint8_t {
+  f32,
+  bf16_tiles,
+  q8_0_rows,
+  q8_0_tiles,
+  bf16_rows,
+  q8_k_rows
+};
+inline constexpr std::size_t input_format_count = 6;
 InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols);
 
 /// Activations x [n, cols] converted once per forward step into what the kernels of one
@@ -144,6 +153,8 @@ class PackedInput {
   //  bf16_rows:   uint16 [n][cols]
   //  q8_0_rows:   int8 [n][cols], scales f32 [n][cols/32], offsets int32 [n][cols/32]
   //               (-128 * the block's quant sum, for the VNNI kernel's unsigned weights)
+  //  q8_k_rows:   int8 [n][cols], scales f32 [n][cols/256], sums int16 [n][cols/256][24]
+  //               (per block of 256: the 16 sums of 16 quants, then the 8 sums of 32)
   //  q8_0_tiles:  per chunk of m <= 8 tokens and per pair of blocks, an AMX tile of 16 rows x 2m
   //               dwords, two columns per token (src/cpu/kernels_impl.hpp, pack_q8_0_pairs_avx512):
   //               uint32 [chunks (256 * cols/64 rounded up each)][cols/64 rounded up][16][2m];
@@ -155,6 +166,7 @@ class PackedInput {
   [[nodiscard]] const std::int8_t* q8() const noexcept { return q8_.data(); }
   [[nodiscard]] const float* q8_scales() const noexcept { return scales_.data(); }
   [[nodiscard]] const std::int32_t* q8_offsets() const noexcept { return offsets_.data(); }
+  [[nodiscard]] const std::int16_t* q8_sums() const noexcept { return sums_.data(); }
   [[nodiscard]] const std::uint32_t* q8_tiles() const noexcept { return words_.data(); }
   [[nodiscard]] const std::uint32_t* q8_fix() const noexcept { return fix_.data(); }
 
@@ -187,6 +199,7 @@ class PackedInput {
   AlignedVector<std::int8_t> q8_;
   AlignedVector<float> scales_;
   AlignedVector<std::int32_t> offsets_;
+  AlignedVector<std::int16_t> sums_;
   AlignedVector<std::uint32_t> words_, fix_;
 };
 

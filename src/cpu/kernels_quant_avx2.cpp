@@ -1,0 +1,7 @@
+#include <immintrin.h>
+
+#include "kernels_impl.hpp"
+
+namespace specdec::cpu::detail {
+void quant_matmul_avx2(const QuantArgs& a) { quant_matmul_portable(a); }
+}  // namespace specdec::cpu::detail
