@@ -4,11 +4,12 @@
 //   make_random_gguf --shape tinyllama-1.1b --type bf16 --out /work/scratch/models/target-bf16.gguf
 //
 // Shapes: tinyllama-1.1b (dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab 32000) and
-// llama-68m (dim 768, 2 layers, 12 heads, FFN 3072, vocab 32000). Types: f32, f16, bf16, q8_0
-// (every matrix, the embedding and the output head in that type; norms in F32, as llama.cpp's
-// quantizer leaves them). The file is streamed tensor by tensor, so a 4.4 GB F32 model needs only
-// one row of memory. Weights are uniform with variance 1 / fan-in (unit-scale activations, no
-// denormals that could slow the arithmetic down).
+// llama-68m (dim 768, 2 layers, 12 heads, FFN 3072, vocab 32000). Types: any DType (f32, f16,
+// bf16, q4_0 ... q8_0, q2_k ... q6_k, iq4_nl, iq4_xs) for every matrix, the embedding and the
+// output head; norms in F32, as llama.cpp's quantizer leaves them. The file is streamed tensor by
+// tensor, so a 4.4 GB F32 model needs only one row of memory. Float weights are uniform with
+// variance 1 / fan-in (unit-scale activations, no denormals that could slow the arithmetic
+// down); quantised ones are random blocks of the same magnitude (random_blocks()).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -17,12 +18,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/model/gguf_writer.hpp"
 #include "specdec/model/quants.hpp"
+#include "specdec/model/random_blocks.hpp"
 #include "specdec/model/weights.hpp"
 
 namespace {
@@ -56,12 +59,14 @@ std::uint64_t row_bytes(DType t, std::uint64_t cols) {
 /// A splitmix64 stream: fast and good enough for weights nobody reads for their values.
 struct Random {
   std::uint64_t state;
-  float uniform() {  // [-1, 1)
+  std::uint64_t next() {
     std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    return z ^ (z >> 31);
+  }
+  float uniform() {  // [-1, 1)
+    return static_cast<float>(next() >> 40) * (2.0f / 16777216.0f) - 1.0f;
   }
 };
 
@@ -104,6 +109,44 @@ class Output {
   std::uint64_t written_ = 0;
 };
 
+/// llama.cpp's general.file_type of a model whose matrices are all `type` (llama_ftype; the
+/// K-quants as their _S variant, which is mostly that type).
+std::uint32_t llama_file_type(DType type) {
+  switch (type) {
+    case DType::f32:
+      return 0;
+    case DType::f16:
+      return 1;
+    case DType::q4_0:
+      return 2;
+    case DType::q4_1:
+      return 3;
+    case DType::q8_0:
+      return 7;
+    case DType::q5_0:
+      return 8;
+    case DType::q5_1:
+      return 9;
+    case DType::q2_k:
+      return 10;
+    case DType::q3_k:
+      return 11;
+    case DType::q4_k:
+      return 14;
+    case DType::q5_k:
+      return 16;
+    case DType::q6_k:
+      return 18;
+    case DType::iq4_nl:
+      return 25;
+    case DType::iq4_xs:
+      return 30;
+    case DType::bf16:
+      return 32;
+  }
+  return 0;
+}
+
 void write_model(const Shape& s, DType type, const std::string& path, std::uint64_t seed) {
   const std::uint64_t head_dim = s.dim / s.heads, kv_dim = s.kv_heads * head_dim;
   auto uniform_scale = [](std::uint64_t fan_in) {
@@ -145,10 +188,7 @@ void write_model(const Shape& s, DType type, const std::string& path, std::uint6
     double f;
     std::string s;
   };
-  const std::uint32_t file_type = type == DType::f32    ? 0
-                                  : type == DType::f16  ? 1
-                                  : type == DType::q8_0 ? 7
-                                                        : 32;
+  const std::uint32_t file_type = llama_file_type(type);
   const std::vector<Kv> kvs = {
       {"general.architecture", string, 0, 0, "llama"},
       {"general.name", string, 0, 0,
@@ -192,8 +232,12 @@ void write_model(const Shape& s, DType type, const std::string& path, std::uint6
     row.resize(cols);
     encoded.resize(row_bytes(t.dtype, cols));
     for (std::uint64_t r = 0; r < rows; ++r) {
-      for (float& v : row) v = t.scale == 0.0f ? 1.0f : t.scale * random.uniform();
-      specdec::quant::quantize(t.dtype, row, encoded);
+      if (t.scale != 0.0f && !specdec::is_float_dtype(t.dtype)) {
+        specdec::random_blocks(t.dtype, encoded, random.next(), t.scale);
+      } else {
+        for (float& v : row) v = t.scale == 0.0f ? 1.0f : t.scale * random.uniform();
+        specdec::quant::quantize(t.dtype, row, encoded);
+      }
       out.raw(encoded.data(), encoded.size());
     }
     out.pad_to(alignment);
@@ -213,7 +257,10 @@ int main(int argc, char** argv) {
   std::string shape_name = "tinyllama-1.1b", type_name = "bf16", path;
   std::uint64_t seed = 1;
   app.add_option("--shape", shape_name, "tinyllama-1.1b or llama-68m")->capture_default_str();
-  app.add_option("--type", type_name, "f32, f16, bf16 or q8_0")->capture_default_str();
+  app.add_option("--type", type_name,
+                 "the weight type of every matrix: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, "
+                 "q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl or iq4_xs")
+      ->capture_default_str();
   app.add_option("--out", path, "the .gguf file to write")->required();
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -224,18 +271,11 @@ int main(int argc, char** argv) {
     if (shape == nullptr)
       throw specdec::Error(
           fmt::format("--shape {}: expected tinyllama-1.1b or llama-68m", shape_name));
-    DType type{};
-    if (type_name == "f32")
-      type = DType::f32;
-    else if (type_name == "f16")
-      type = DType::f16;
-    else if (type_name == "bf16")
-      type = DType::bf16;
-    else if (type_name == "q8_0")
-      type = DType::q8_0;
-    else
-      throw specdec::Error(fmt::format("--type {}: expected f32, f16, bf16 or q8_0", type_name));
-    write_model(*shape, type, path, seed);
+    const std::optional<DType> type = specdec::parse_dtype(type_name);
+    if (!type)
+      throw specdec::Error(fmt::format("--type {}: expected one of {}", type_name,
+                                       specdec::supported_dtype_names()));
+    write_model(*shape, *type, path, seed);
   } catch (const std::exception& e) {
     fmt::print(stderr, "make_random_gguf: {}\n", e.what());
     return 1;

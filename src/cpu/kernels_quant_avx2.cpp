@@ -20,9 +20,7 @@ using namespace block_layout;
 
 inline __m256i splat8(unsigned char v) { return _mm256_set1_epi8(static_cast<char>(v)); }
 
-inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
 inline float half_to_float(const std::byte* p) {
@@ -125,9 +123,8 @@ void rows32(const QuantArgs& a, std::size_t r0, std::size_t valid, float* acc) {
       __m256i lanes[8];
       for (int i = 0; i < 8; ++i) {
         // maddubs cannot saturate: |w| <= 31 (or 127 with the signs moved to x), |x| <= 127.
-        const __m256i pairs = is_signed
-                                  ? _mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(x, w[i]))
-                                  : _mm256_maddubs_epi16(w[i], x);
+        const __m256i pairs = is_signed ? _mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(x, w[i]))
+                                        : _mm256_maddubs_epi16(w[i], x);
         lanes[i] = _mm256_madd_epi16(pairs, ones);
       }
       __m256i isum = transpose_add8(lanes);
@@ -169,9 +166,8 @@ inline void scales16(__m128i sc, __m256i s[8]) {
   for (int i = 0; i < 8; ++i) {
     // Byte 2i (2i + 1 in the high half) into the high byte of every word, then sign-extended.
     const char lo = static_cast<char>(2 * i), hi = static_cast<char>(2 * i + 1), z = -128;
-    const __m256i ctrl =
-        _mm256_setr_epi8(z, lo, z, lo, z, lo, z, lo, z, lo, z, lo, z, lo, z, lo, z, hi, z, hi, z,
-                         hi, z, hi, z, hi, z, hi, z, hi, z, hi);
+    const __m256i ctrl = _mm256_setr_epi8(z, lo, z, lo, z, lo, z, lo, z, lo, z, lo, z, lo, z, lo, z,
+                                          hi, z, hi, z, hi, z, hi, z, hi, z, hi, z, hi, z, hi);
     s[i] = _mm256_srai_epi16(_mm256_shuffle_epi8(both, ctrl), 8);
   }
 }
@@ -179,15 +175,14 @@ inline void scales16(__m128i sc, __m256i s[8]) {
 /// s[i] for sub-blocks of 32: every word = sc[i], from 8 signed bytes (the low half of sc).
 inline void scales32(__m128i sc, __m256i s[8]) {
   // Words 0-7 = sc[0..7], in both halves.
-  const __m256i words = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(_mm256_cvtepi8_epi16(sc)));
+  const __m256i words =
+      _mm256_broadcastsi128_si256(_mm256_castsi256_si128(_mm256_cvtepi8_epi16(sc)));
   for (int i = 0; i < 8; ++i)
     s[i] = _mm256_shuffle_epi8(words, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * i)));
 }
 
 /// The int16 per 16 weights of 8 sub-blocks of 32: words 2j, 2j + 1 = v[j] (v: 8 signed bytes).
-inline __m256i per16_from32(__m128i v) {
-  return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, v));
-}
+inline __m256i per16_from32(__m128i v) { return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, v)); }
 
 /// Q4_K / Q5_K: 8 6-bit scales and mins (kernels.hpp's table) as bytes 0-7 of sc and mn.
 inline void k_scales_mins(const std::byte* block, __m128i& sc, __m128i& mn) {
@@ -228,13 +223,14 @@ inline void unpack_k<QuantType::q3_k>(const std::byte* p, RowK& o) {
   __builtin_memcpy(&lo, p + q3_k_scales, 8);
   __builtin_memcpy(&hi, p + q3_k_scales + 8, 4);
   const unsigned long long nib = 0x0f0f0f0f0f0f0f0full, two = 0x03030303u;
-  const unsigned long long top_lo = (hi & two) | (static_cast<unsigned long long>((hi >> 2) & two) << 32);
+  const unsigned long long top_lo =
+      (hi & two) | (static_cast<unsigned long long>((hi >> 2) & two) << 32);
   const unsigned long long top_hi =
       ((hi >> 4) & two) | (static_cast<unsigned long long>((hi >> 6) & two) << 32);
-  const __m128i scales = _mm_sub_epi8(
-      _mm_set_epi64x(static_cast<long long>(((lo >> 4) & nib) | (top_hi << 4)),
-                     static_cast<long long>((lo & nib) | (top_lo << 4))),
-      _mm_set1_epi8(32));
+  const __m128i scales =
+      _mm_sub_epi8(_mm_set_epi64x(static_cast<long long>(((lo >> 4) & nib) | (top_hi << 4)),
+                                  static_cast<long long>((lo & nib) | (top_lo << 4))),
+                   _mm_set1_epi8(32));
   scales16(scales, o.s);
   o.zm = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(scales), _mm256_set1_epi16(-4));
   o.d = half_to_float(p + q3_k_d);
@@ -281,8 +277,7 @@ inline void unpack_k<QuantType::q5_k>(const std::byte* p, RowK& o) {
     const __m256i q = load256(p + q5_k_qs + 32 * c);
     for (int part = 0; part < 2; ++part) {
       const int j = 2 * c + part;
-      const __m256i fifth =
-          j >= 4 ? _mm256_srli_epi16(qh, j - 4) : _mm256_slli_epi16(qh, 4 - j);
+      const __m256i fifth = j >= 4 ? _mm256_srli_epi16(qh, j - 4) : _mm256_slli_epi16(qh, 4 - j);
       const __m256i low = part == 0 ? q : _mm256_srli_epi16(q, 4);
       o.w[j] = _mm256_or_si256(_mm256_and_si256(low, splat8(0x0f)),
                                _mm256_and_si256(fifth, splat8(0x10)));
@@ -323,8 +318,8 @@ inline void unpack_k<QuantType::iq4_xs>(const std::byte* p, RowK& o) {
   __builtin_memcpy(&low, p + iq4_xs_scales_l, 4);
   alignas(16) signed char sc[16] = {};
   for (int j = 0; j < 8; ++j)
-    sc[j] = static_cast<signed char>((((low >> (4 * j)) & 0x0f) | (((high >> (2 * j)) & 3) << 4)) -
-                                     32);
+    sc[j] =
+        static_cast<signed char>((((low >> (4 * j)) & 0x0f) | (((high >> (2 * j)) & 3) << 4)) - 32);
   scales32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)), o.s);
   o.zm = _mm256_setzero_si256();  // signed weights: no zero point
   // Sub-blocks 2c, 2c + 1 (16 bytes of qs each): low nibbles weights 0-15, high 16-31.
@@ -399,11 +394,10 @@ void rows_k(const QuantArgs& a, std::size_t r0, std::size_t valid, float* acc) {
           const __m256i xv = load256(x + 32 * i);
           // maddubs cannot saturate: w <= 63 (or |w| <= 127 with the signs moved to x), |x| <=
           // 127; nor can madd: |pair| <= 32258, |scale| <= 128.
-          const __m256i pairs =
-              Info::is_signed
-                  ? _mm256_maddubs_epi16(_mm256_sign_epi8(o.w[i], o.w[i]),
-                                         _mm256_sign_epi8(xv, o.w[i]))
-                  : _mm256_maddubs_epi16(o.w[i], xv);
+          const __m256i pairs = Info::is_signed
+                                    ? _mm256_maddubs_epi16(_mm256_sign_epi8(o.w[i], o.w[i]),
+                                                           _mm256_sign_epi8(xv, o.w[i]))
+                                    : _mm256_maddubs_epi16(o.w[i], xv);
           v = _mm256_add_epi32(v, _mm256_madd_epi16(pairs, o.s[i]));
         }
         isums[r] = v;
