@@ -59,6 +59,36 @@ inline __m256i iq4_lookup(__m256i idx) {
   return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), idx);
 }
 
+/// Prefetch for streaming, as in kernels_quant_avx512vnni.cpp: while block b of 8 rows is
+/// computed, the lines 512 bytes further along each row (past the row's end: the same row of the
+/// next group of 8) are requested into L2; the 8 interleaved rows defeat the hardware prefetchers.
+struct Prefetcher {
+  const std::byte* group;  ///< row 0 of the current group
+  std::size_t row_bytes, bytes;
+  bool next_group;  ///< whether the next group of 8 rows exists
+  static constexpr std::size_t ahead = 512;
+  /// prefetcht2 as an assembly statement: GCC deletes loops that only hold _mm_prefetch calls.
+  static void prefetch_l2(const std::byte* p) {
+    __asm__ volatile("prefetcht2 %0" : : "m"(*reinterpret_cast<const char*>(p)));
+  }
+  void operator()(std::size_t b) const {
+    // The lines of byte range [lo, lo + bytes) along a row, less the one block b - 1 requested.
+    const std::size_t lo = b * bytes + ahead, last = (lo + bytes - 1) / 64;
+    std::size_t first = lo / 64;
+    if (b != 0 && (lo - 1) / 64 == first) ++first;
+    for (std::size_t l = first; l <= last; ++l) {
+      std::size_t off = 64 * l;
+      const std::byte* base = group;
+      if (off >= row_bytes) {
+        if (!next_group) return;
+        off -= row_bytes;
+        base = group + 8 * row_bytes;
+      }
+      for (int r = 0; r < 8; ++r) prefetch_l2(base + r * row_bytes + off);
+    }
+  }
+};
+
 /// Sum of each of 8 registers' 8 int32 lanes: lane i of the result = sum of v[i] (exact).
 inline __m256i transpose_add8(const __m256i v[8]) {
   const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]);
@@ -109,7 +139,9 @@ void rows32(const QuantArgs& a, std::size_t r0, std::size_t valid, float* acc) {
   for (std::size_t i = 0; i < 8; ++i) rows[i] = a.w + (r0 + (i < valid ? i : 0)) * a.row_bytes;
   for (std::size_t i = 0; i < a.n * 8; ++i) acc[i] = 0.0f;
   const __m256i ones = _mm256_set1_epi16(1);
+  const Prefetcher prefetch{a.w + r0 * a.row_bytes, a.row_bytes, bytes, r0 + 16 <= a.rows};
   for (std::size_t b = 0; b < blocks; ++b) {
+    prefetch(b);
     __m256i w[8];
     alignas(32) float d[8], m[8] = {};
     for (int i = 0; i < 8; ++i) w[i] = unpack32<Q>(rows[i] + b * bytes, d[i], m[i]);
@@ -374,7 +406,9 @@ void rows_k(const QuantArgs& a, std::size_t r0, std::size_t valid, float* acc) {
   for (std::size_t i = 0; i < 8; ++i) rows[i] = a.w + (r0 + (i < valid ? i : 0)) * a.row_bytes;
   for (std::size_t i = 0; i < a.n * 8; ++i) acc[i] = 0.0f;
   RowK blk[8];
+  const Prefetcher prefetch{a.w + r0 * a.row_bytes, a.row_bytes, Info::bytes, r0 + 16 <= a.rows};
   for (std::size_t b = 0; b < blocks; ++b) {
+    prefetch(b);
     alignas(32) float d[8], m[8];
     for (int i = 0; i < 8; ++i) {
       unpack_k<Q>(rows[i] + b * Info::bytes, blk[i]);
