@@ -1,7 +1,8 @@
 // Google Benchmark of the CPU backend's matrix kernels, one thread: BM_matmul on a weight matrix
 // that fits in L2 (so the numbers show the compute side of each kernel, not the memory system),
 // BM_matmul_stream on one of about 768 MB, more than the last-level cache (the memory side: what
-// one core streams, and whether the work for n tokens hides behind it):
+// one core streams, and whether the work for n tokens hides behind it), BM_read_stream the plain
+// read of as many bytes (its roofline):
 //   specdec_bench_cpu_kernels --benchmark_filter='BM_matmul/11/'
 // Arguments: dtype (its index in the DType enum: 0 f32, 1 f16, 2 bf16, 3 q4_0, 4 q4_1, 5 q5_0,
 // 6 q5_1, 7 q8_0, 8 q2_k, 9 q3_k, 10 q4_k, 11 q5_k, 12 q6_k, 13 iq4_nl, 14 iq4_xs), tokens n,
@@ -10,6 +11,7 @@
 // Weights are random blocks (random_blocks(): finite scales; values do not change timings).
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -88,6 +90,20 @@ void BM_matmul_stream(benchmark::State& state) {
              2048);
 }
 
+/// The roofline of BM_matmul_stream: one thread summing a 768 MB buffer of uint64 (8 partial
+/// sums, vectorised by the compiler), in the same process right next to it.
+void BM_read_stream(benchmark::State& state) {
+  static const std::vector<std::uint64_t> buffer((std::size_t{768} << 20) / 8, 1);
+  for (auto _ : state) {
+    std::uint64_t s[8] = {};
+    for (std::size_t i = 0; i < buffer.size(); i += 8)
+      for (int j = 0; j < 8; ++j) s[j] += buffer[i + j];
+    benchmark::DoNotOptimize(s);
+  }
+  state.counters["bytes/s"] =
+      benchmark::Counter(static_cast<double>(buffer.size() * 8), benchmark::Counter::kIsRate);
+}
+
 void BM_pack(benchmark::State& state) {
   const auto dtype = static_cast<DType>(state.range(0));
   const auto n = static_cast<std::size_t>(state.range(1));
@@ -118,6 +134,7 @@ BENCHMARK(BM_matmul_stream)
                    {static_cast<int>(Isa::avx2), static_cast<int>(Isa::avx512)}})
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_read_stream)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_pack)->ArgsProduct({{0, 2, 7, 10}, {1, 16}})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

@@ -23,6 +23,32 @@
 //    give bitwise identical results; the AMX kernel sizes its tiles to the chunk's token count,
 //    and the VNNI kernel computes isum_b as dpbusd(w + 128, x) - 128 * sum(x_b), which exact
 //    integer products allow.
+//  - Every other quantised type (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL with activations quantised per
+//    32 as for Q8_0; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS with activations quantised per 256 like
+//    llama.cpp's Q8_K: d = amax/127 kept in f32, q = round(x / d), plus the int16 sums of every
+//    16 and 32 quants). Each weight block is read as unsigned 8-bit weights u, integer sub-block
+//    scales sc_j and mins mn_j, a zero point z and binary16 factors d and m:
+//        type     block  sub  u                  z    sc_j             mn_j      m
+//        Q4_0       32   32   nibble              8   1                -         -
+//        Q4_1       32   32   nibble              0   1                1         +m
+//        Q5_0       32   32   5 bits             16   1                -         -
+//        Q5_1       32   32   5 bits              0   1                1         +m
+//        IQ4_NL     32   32   value + 128       128   1                -         -
+//        Q2_K      256   16   2 bits              0   4 bits           4 bits    -dmin
+//        Q3_K      256   16   3 bits              4   6 bits - 32      -         -
+//        Q4_K      256   32   nibble              0   6 bits           6 bits    -dmin
+//        Q5_K      256   32   5 bits              0   6 bits           6 bits    -dmin
+//        Q6_K      256   16   6 bits             32   int8             -         -
+//        IQ4_XS    256   32   value + 128       128   6 bits - 32      -         -
+//    so that weight k = d * sc_j * (u_k - z) + m * mn_j, exactly the model layer's dequantised
+//    value up to its float rounding. Per block and token the kernels form the exact integers
+//        isum = sum_j sc_j * (sum_{k in j} u_k * x_k - z * xsum_j),  msum = sum_j mn_j * xsum_j
+//    (x_k the activation quants, xsum_j their sum over sub-block j; |isum| < 2^29) and run
+//        acc = fma(float(isum), d * dx, acc);  acc = fma(float(msum), m * dx, acc)  (with mins)
+//    over the blocks in order, dx the activation block's scale. Integers are exact in any order,
+//    so the portable kernel (which adds them one by one), the AVX2 kernel (vpmaddubsw/vpmaddwd,
+//    8 rows at a time) and the AVX512-VNNI kernel (vpdpbusd with 16 rows in the lanes) give
+//    bitwise the same results, for any n, row range or thread.
 //  - BF16 weights on AMX: activations are rounded to bf16 (like llama.cpp and PyTorch bf16
 //    inference), products are exact, and the tile unit accumulates each (row, token) element on
 //    its own in the hardware's fixed order (measured: not exactly a chain of fused multiply-adds,
