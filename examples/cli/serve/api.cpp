@@ -239,7 +239,7 @@ CompletionRequest parse_request(std::string_view body_text, Endpoint endpoint,
   json body;
   try {
     body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number that overflows a double
     throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()), "",
                    "invalid_json");
   }
