@@ -68,6 +68,7 @@ struct ServeOptions {
   ModelFlags models;
   std::size_t http_threads = 0;
   bool verbose = false;
+  bool no_batching = false;
 };
 
 /// Everything the HTTP handlers need, read-only once the server listens (the engine and the
@@ -482,7 +483,8 @@ void run_serve(const ServeOptions& o) {
   {
     Progress progress;
     progress.update(fmt::format("starting {} slots ...", o.parallel));
-    s.engine = serve::make_engine(models, setup, {o.parallel, o.queue}, *s.metrics);
+    s.engine = serve::make_engine(models, setup, {o.parallel, o.queue, !o.no_batching},
+                                  *s.metrics);
   }
   s.created = static_cast<std::int64_t>(std::time(nullptr));
 
@@ -582,6 +584,9 @@ void add_serve(CLI::App& app) {
                   "HTTP threads (default: --parallel + --queue + 8)")
       ->check(CLI::Range(std::size_t{0}, std::size_t{4096}));
   cmd->add_flag("-v,--verbose", o->verbose, "log every HTTP request on stderr");
+  cmd->add_flag("--no-batching", o->no_batching,
+                "run the slots' rounds one after the other instead of batched (to measure what "
+                "batching gains; the tokens are the same)");
   cmd->callback([o, cmd] {
     o->k_given = cmd->count("-k") > 0;
     run_serve(*o);

@@ -311,6 +311,21 @@ TEST_CASE("concurrent requests get their sequential results, in batched rounds",
             metric(m, "specdec_requests_total{finish_reason=\"stop\"}") ==
         3 * all.size());
   CHECK(server.stop() == 0);
+
+  // --no-batching: the same requests at once, each slot's round on its own: the same text.
+  ServerProcess unbatched(pair_args({"-np", "4", "--no-batching"}));
+  std::vector<std::future<std::string>> replies;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    replies.push_back(std::async(std::launch::async, [&, i] {
+      return post(unbatched, "/v1/completions", all[i].body().dump())
+          .json["choices"][0]["text"]
+          .get<std::string>();
+    }));
+  for (std::size_t i = 0; i < all.size(); ++i) CHECK(replies[i].get() == alone[i]);
+  const std::string u = get(unbatched, "/metrics").body;
+  CHECK(metric(u, "specdec_batch_sequences_bucket{le=\"1\"}") ==
+        metric(u, "specdec_batch_sequences_count"));
+  CHECK(unbatched.stop() == 0);
 }
 
 TEST_CASE("a client that hangs up mid-stream frees its slot", "[server]") {

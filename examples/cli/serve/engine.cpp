@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <exception>
+#include <span>
 #include <thread>
 
 #include <fmt/format.h>
@@ -216,13 +217,18 @@ class EngineOf final : public Engine {
         active_.push_back(slot.session.get());
         active_slots_.push_back(&slot);
       }
-    if (!active_.empty()) {
+    // One batched round of every busy slot (or, with --no-batching, one round of each in turn).
+    const std::size_t groups = options_.batching ? (active_.empty() ? 0 : 1) : active_.size();
+    for (std::size_t g = 0; g < groups; ++g) {
+      const std::span<Session* const> sessions =
+          options_.batching ? std::span<Session* const>(active_)
+                            : std::span<Session* const>(active_).subspan(g, 1);
       const Clock::time_point t0 = Clock::now();
-      const BatchedRound report = rounds_.round(active_);
+      const BatchedRound report = rounds_.round(sessions);
       metrics_.round(report.sequences, report.draft_steps, report.draft_seconds,
                      report.verify_seconds, seconds_between(t0, Clock::now()));
       for (const BatchedRound::Failure& f : report.failures) {
-        Slot<Session>& slot = *active_slots_[f.index];
+        Slot<Session>& slot = *active_slots_[options_.batching ? f.index : g];
         try {
           std::rethrow_exception(f.error);
         } catch (const std::exception& e) {

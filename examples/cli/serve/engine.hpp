@@ -10,6 +10,7 @@
 // cancel()led by its HTTP thread; the engine cancels its session before the next round, which
 // frees the slot.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -79,6 +80,9 @@ class Engine {
   struct Options {
     std::size_t slots = 1;  ///< --parallel: sequences decoded together
     std::size_t queue = 8;  ///< --queue: requests that may wait for a slot
+    /// --no-batching (for measurements): the busy slots' rounds run one after the other, each
+    /// with its own forwards, instead of as one batched round. The tokens are the same.
+    bool batching = true;
   };
   enum class Admission { accepted, queue_full, draining };
 
