@@ -287,11 +287,12 @@ Model load_model_for_cpu(const std::string& path, std::string_view role, const M
 }
 
 void check_same_vocabulary(const Model& target, const Model& draft) {
-  if (draft.lm->vocab_size() != target.lm->vocab_size())
+  if (draft.file.config.vocab_size != target.file.config.vocab_size)
     throw Error(fmt::format(
         "the draft {} has a vocabulary of {} tokens but the target {} has {}: the pair must share "
         "one tokenizer",
-        draft.file.source, draft.lm->vocab_size(), target.file.source, target.lm->vocab_size()));
+        draft.file.source, draft.file.config.vocab_size, target.file.source,
+        target.file.config.vocab_size));
   if (!draft.file.tokenizer || !target.file.tokenizer) return;  // nothing more to compare
   const Tokenizer& a = *target.file.tokenizer;
   const Tokenizer& b = *draft.file.tokenizer;
@@ -323,6 +324,24 @@ std::string DecodeSetup::label() const {
   return "?";
 }
 
+SpeculativeOptions DecodeSetup::speculative_options() const {
+  SpeculativeOptions options;
+  options.k = k;
+  options.adaptive = adaptive;
+  options.min_draft = draft_min;
+  if (adaptive) {
+    options.adaptive_options.min_k = std::max<std::size_t>(1, draft_min);
+    options.adaptive_options.max_k = std::max(max_k, options.adaptive_options.min_k);
+  }
+  return options;
+}
+
+NGramDrafter::Options DecodeSetup::ngram_options() const {
+  NGramDrafter::Options options;
+  options.max_ngram = ngram;
+  return options;
+}
+
 namespace {
 
 /// Speculative decoding with `drafter` (--draft-min: shorter proposals are not verified).
@@ -330,15 +349,7 @@ template <class D>
 GenerationResult run_speculative(D& drafter, Model& target, const DecodeSetup& setup,
                                  std::span<const token_t> prompt, const GenerationConfig& config,
                                  const Callbacks& callbacks, const Tokenizer* draft_tokenizer) {
-  SpeculativeOptions options;
-  options.k = setup.k;
-  options.adaptive = setup.adaptive;
-  options.min_draft = setup.draft_min;
-  if (setup.adaptive) {
-    options.adaptive_options.min_k = std::max<std::size_t>(1, setup.draft_min);
-    options.adaptive_options.max_k = std::max(setup.max_k, options.adaptive_options.min_k);
-  }
-  SpeculativeDecoder<D, cpu::Transformer> decoder(drafter, *target.lm, options,
+  SpeculativeDecoder<D, cpu::Transformer> decoder(drafter, *target.lm, setup.speculative_options(),
                                                   target.file.tokenizer.get(), draft_tokenizer);
   return decoder.generate(prompt, config, callbacks);
 }
@@ -360,9 +371,7 @@ GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setu
                              draft->file.tokenizer.get());
     }
     case DecodeSetup::Drafter::ngram: {
-      NGramDrafter::Options ngram;
-      ngram.max_ngram = setup.ngram;
-      NGramDrafter drafter(ngram);
+      NGramDrafter drafter(setup.ngram_options());
       return run_speculative(drafter, target, setup, prompt, config, callbacks, nullptr);
     }
   }

@@ -16,7 +16,9 @@
 
 #include "options.hpp"
 #include "specdec/cpu/transformer.hpp"
+#include "specdec/decoder/drafters.hpp"
 #include "specdec/decoder/generation.hpp"
+#include "specdec/decoder/session.hpp"
 #include "specdec/decoder/telemetry.hpp"
 #include "specdec/model/loader.hpp"
 
@@ -144,6 +146,9 @@ struct DecodeSetup {
   std::size_t draft_min = 0;  ///< proposals shorter than this are not verified (--draft-min)
 
   [[nodiscard]] std::string label() const;  ///< "baseline", "draft model k=4", "n-gram adaptive k"
+  /// The decoder's options for this setup (k or adaptive k, --draft-min).
+  [[nodiscard]] SpeculativeOptions speculative_options() const;
+  [[nodiscard]] NGramDrafter::Options ngram_options() const;
 };
 
 /// One generation with the setup's decoder: `draft` is used only by Drafter::model. With

@@ -189,6 +189,7 @@ LoadedModel load_gguf_model(const GgufFile& g) {
   m.source = g.name;
   m.format = fmt::format("GGUF v{}", g.version);
   m.name = g.get_string("general.name").value_or("");
+  m.chat_template = g.get_string("tokenizer.chat_template");
 
   auto store = std::make_shared<WeightStore>();
   if (g.file) store->add_file(g.file);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -160,6 +161,34 @@ void read_rope(const JsonFields& f, ModelConfig& c) {
   } else {
     rf.fail(fmt::format("rope type \"{}\" is not supported (default, linear, llama3)", type));
   }
+}
+
+/// The chat template of a Hugging Face folder: tokenizer_config.json's "chat_template" (a
+/// string, or a list of {"name", "template"} of which "default" is taken, as transformers
+/// does), else the chat_template.jinja that recent transformers versions write beside it.
+std::optional<std::string> read_hf_chat_template(const fs::path& dir) {
+  const fs::path config_path = dir / "tokenizer_config.json";
+  if (fs::exists(config_path)) {
+    const std::string name = config_path.string();
+    const json config = parse_json(read_text_file(config_path), name);
+    if (const auto it = config.find("chat_template"); config.is_object() && it != config.end()) {
+      if (it->is_string()) return it->get<std::string>();
+      if (it->is_array()) {
+        for (const json& entry : *it)
+          if (entry.is_object() && entry.value("name", json()) == "default" &&
+              entry.contains("template") && entry["template"].is_string())
+            return entry["template"].get<std::string>();
+        fail_in(name, "\"chat_template\" lists named templates but none named \"default\"");
+      }
+      if (!it->is_null())
+        fail_in(name, fmt::format("\"chat_template\" must be a string or a list of named "
+                                  "templates, not {}",
+                                  it->type_name()));
+    }
+  }
+  const fs::path jinja = dir / "chat_template.jinja";
+  if (fs::exists(jinja)) return read_text_file(jinja);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -398,6 +427,7 @@ LoadedModel load_hf_model(const std::string& folder) {
     }
     if (m.config.unk_token < 0) m.config.unk_token = spec->unk;
   }
+  m.chat_template = read_hf_chat_template(dir);
   return m;
 }
 

@@ -12,6 +12,7 @@ list(APPEND SOURCES
   model/hf.cpp
   model/loader.cpp
   model/describe.cpp
+  model/chat_template.cpp  # chat templates: detection and rendering of each family
   model/gguf_writer.cpp)  # the GGUF writer and the model conversion (specdec convert)
 list(APPEND PUBLIC_LIBS specdec_tokenizer)
 list(APPEND PRIVATE_LIBS fmt::fmt nlohmann_json::nlohmann_json)

@@ -44,6 +44,8 @@ class SentencePieceBpe final : public Tokenizer {
   explicit SentencePieceBpe(const TokenizerSpec& spec);
 
   [[nodiscard]] std::vector<token_t> encode(std::string_view text, bool add_special) const override;
+  [[nodiscard]] std::vector<token_t> encode_special(std::string_view text,
+                                                    bool add_special) const override;
   [[nodiscard]] std::string token_bytes(token_t id) const override;
   [[nodiscard]] std::string_view token_piece(token_t id) const override {
     return pieces_.at(checked(id));
@@ -78,6 +80,7 @@ class SentencePieceBpe final : public Tokenizer {
   StringMap<token_t> mergeable_;  // normal, user-defined and unused pieces: what merging may form
   StringMap<token_t> reserved_;   // control, unknown and byte pieces: found only by exact lookup
   PrefixTrie user_defined_;
+  PrefixTrie special_;  // control and unknown pieces: what encode_special() cuts out of a text
   std::unordered_set<std::uint64_t>
       inner_bigrams_;  // adjacent character pairs inside mergeable pieces
   bool has_unused_ = false;
@@ -138,9 +141,11 @@ SentencePieceBpe::SentencePieceBpe(const TokenizerSpec& spec)
       case kTypeUnknown:
         if (unk_ < 0) unk_ = id;
         reserved_.emplace(piece, id);
+        special_.insert(piece, id);
         break;
       case kTypeControl:
         reserved_.emplace(piece, id);
+        special_.insert(piece, id);
         break;
       case kTypeByte: {
         const int value = byte_piece_value(piece);
@@ -367,6 +372,37 @@ std::vector<token_t> SentencePieceBpe::encode(std::string_view text, bool add_sp
   std::vector<token_t> ids;
   if (add_special && add_bos_) ids.push_back(bos_);
   append_piece_ids(normalize(text), ids);
+  if (add_special && add_eos_) ids.push_back(eos_);
+  return ids;
+}
+
+std::vector<token_t> SentencePieceBpe::encode_special(std::string_view text,
+                                                      bool add_special) const {
+  // llama.cpp's SentencePiece tokenization with parse_special: the special pieces are cut out of
+  // the text (here leftmost-longest), each stretch of text between them is tokenized on its own
+  // (so it gets the dummy-prefix space: llama.cpp prefixes a space after every special token).
+  std::vector<token_t> ids;
+  if (add_special && add_bos_) ids.push_back(bos_);
+  std::size_t start = 0;  // of the text not yet tokenized
+  const auto flush_text = [&](std::size_t end) {
+    if (end > start) {
+      const std::vector<token_t> part = encode(text.substr(start, end - start), false);
+      ids.insert(ids.end(), part.begin(), part.end());
+    }
+  };
+  for (std::size_t pos = 0; pos < text.size();) {
+    token_t id = -1;
+    const std::size_t len = special_.longest_prefix(text.substr(pos), &id);
+    if (len == 0) {
+      ++pos;
+      continue;
+    }
+    flush_text(pos);
+    ids.push_back(id);
+    pos += len;
+    start = pos;
+  }
+  flush_text(text.size());
   if (add_special && add_eos_) ids.push_back(eos_);
   return ids;
 }

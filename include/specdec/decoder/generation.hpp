@@ -34,7 +34,11 @@ struct GenerationConfig {
   /// and what follows it are cut from the text; the token that completed it stays in `tokens`.
   std::vector<std::string> stop_strings;
   bool stop_at_eos = true;
-  token_t eos_token = -1;      ///< -1: the tokenizer's eos() (none without a tokenizer)
+  token_t eos_token = -1;  ///< -1: the tokenizer's eos() (none without a tokenizer)
+  /// More ids that end the generation as EOS does (StopReason::eos, not emitted), e.g. a chat
+  /// template's end-of-turn tokens (<|im_end|>, <|eot_id|>) when they differ from the EOS.
+  /// Unlike the EOS they apply even when stop_at_eos is false.
+  std::vector<token_t> stop_tokens;
   bool record_rounds = false;  ///< keep a RoundRecord per round in GenerationResult::rounds
 };
 
@@ -130,7 +134,8 @@ class Emitter {
   /// Emits token t. Returns false (and stops) on EOS, a completed stop string or the budget.
   bool emit(token_t t) {
     if (reason_) return false;
-    if (eos_ >= 0 && t == eos_) {
+    if ((eos_ >= 0 && t == eos_) || std::find(cfg_->stop_tokens.begin(), cfg_->stop_tokens.end(),
+                                              t) != cfg_->stop_tokens.end()) {
       reason_ = StopReason::eos;
       return false;
     }

@@ -3,6 +3,7 @@
 // model.safetensors or model.safetensors.index.json + tokenizer files).
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "specdec/model/config.hpp"
@@ -18,6 +19,11 @@ struct LoadedModel {
   std::string source;                          ///< the path it came from
   std::string format;  ///< "GGUF v3", "Hugging Face safetensors (2 shards)", ...
   std::string name;    ///< general.name, or the folder name; may be empty
+  /// The chat template's Jinja source as the files carry it: GGUF tokenizer.chat_template, or
+  /// the Hugging Face tokenizer_config.json "chat_template" (a string, or a list of named
+  /// templates of which "default" is taken), else a chat_template.jinja beside it. Absent when
+  /// the files have none (base models). specdec/model/chat_template.hpp renders it.
+  std::optional<std::string> chat_template;
 };
 
 /// Detects the format from the path: a directory (or its config.json) is a Hugging Face folder,

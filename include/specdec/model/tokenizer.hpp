@@ -38,6 +38,16 @@ class Tokenizer {
   /// Text -> ids. add_special applies the model's BOS/EOS rules (e.g. Llama: prepend <s>).
   [[nodiscard]] virtual std::vector<token_t> encode(std::string_view text,
                                                     bool add_special = true) const = 0;
+  /// Text in which special tokens are written out (a chat template's output: "<s>[INST] hi
+  /// [/INST]", "<|im_start|>user\n...") -> ids, as llama.cpp tokenizes with parse_special: the
+  /// text of every control (and unknown) token becomes its id, and the text between them is
+  /// encoded as encode() encodes a text (SentencePiece: each such piece with its dummy-prefix
+  /// space, as llama.cpp does after a special token). Byte-level BPE's encode() already cuts
+  /// control tokens out of the text (as Hugging Face tokenizers do), so there the two agree.
+  [[nodiscard]] virtual std::vector<token_t> encode_special(std::string_view text,
+                                                            bool add_special = true) const {
+    return encode(text, add_special);
+  }
   /// Ids -> text, as the reference tokenizer decodes (special tokens are skipped). Throws
   /// specdec::Error for an id outside [0, vocab_size()).
   [[nodiscard]] virtual std::string decode(std::span<const token_t> ids) const;
