@@ -50,6 +50,7 @@
 #include "kernels/skinny_gemm.hpp"
 #include "kernels/swiglu.hpp"
 #include "specdec/model/quants.hpp"
+#include "specdec/model/rope.hpp"
 
 namespace specdec::cuda {
 
@@ -117,53 +118,6 @@ void append_rows(const Tensor& t, DType type, std::vector<std::uint8_t>& out) {
   out.resize(at + count * 2);
   quant::quantize(type, values,
                   std::span<std::byte>(reinterpret_cast<std::byte*>(out.data() + at), count * 2));
-}
-
-std::vector<float> vector_f32(const WeightStore& w, const std::string& name, std::size_t size) {
-  const Tensor& t = w.get(name);
-  if (t.elements() != size) {
-    throw Error(fmt::format("cuda::Transformer: tensor {} has {} elements, expected {}", name,
-                            t.elements(), size));
-  }
-  (void)dtype_row_bytes(t.dtype, size, "tensor " + t.name);  // whole blocks
-  std::vector<float> out(size);
-  dequantize(t.dtype, t.data, out.data(), size);
-  return out;
-}
-
-/// Rotary inverse frequencies exactly as the CPU backend computes them (Hugging Face's float32
-/// formula, with linear / llama3 scaling or GGUF rope_freqs factors).
-std::vector<float> rope_inv_freq(const ModelConfig& c, const WeightStore& weights) {
-  const std::size_t half = c.head_dim / 2;
-  std::vector<float> inv(half);
-  for (std::size_t i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
-    inv[i] = 1.0f / std::pow(c.rope_theta, exponent);
-  }
-  const RopeScaling& s = c.rope_scaling;
-  if (s.kind == RopeScaling::Kind::linear) {
-    for (float& f : inv) f /= s.factor;
-  } else if (s.kind == RopeScaling::Kind::llama3) {
-    const double old_len = static_cast<double>(s.original_context_length);
-    const double low_wavelen = old_len / s.low_freq_factor;
-    const double high_wavelen = old_len / s.high_freq_factor;
-    for (float& f : inv) {
-      const double wavelen = 2.0 * std::numbers::pi / f;
-      if (wavelen < high_wavelen) continue;
-      if (wavelen > low_wavelen) {
-        f = f / s.factor;
-      } else {
-        const float smooth = static_cast<float>((old_len / wavelen - s.low_freq_factor) /
-                                                (s.high_freq_factor - s.low_freq_factor));
-        f = (1.0f - smooth) * f / s.factor + smooth * f;
-      }
-    }
-  }
-  if (c.rope_freq_factors) {
-    const std::vector<float> factors = vector_f32(weights, "rope_freqs.weight", half);
-    for (std::size_t i = 0; i < half; ++i) inv[i] /= factors[i];
-  }
-  return inv;
 }
 
 template <class T>
@@ -533,7 +487,7 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
                  ? table
                  : m.upload_projection({&matrix(w, "output.weight", c.vocab_size, c.dim)});
   }
-  m.output_norm = upload(vector_f32(w, "output_norm.weight", c.dim));
+  m.output_norm = upload(load_f32_vector(w, "output_norm.weight", c.dim));
   m.inv_freq = upload(rope_inv_freq(c, w));
   m.layers.resize(c.n_layers);
   for (std::size_t i = 0; i < c.n_layers; ++i) {
@@ -546,19 +500,19 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
     L.gate_up = m.upload_projection({&matrix(w, p + "ffn_gate.weight", c.ffn_dim, c.dim),
                                      &matrix(w, p + "ffn_up.weight", c.ffn_dim, c.dim)});
     L.down = m.upload_projection({&matrix(w, p + "ffn_down.weight", c.dim, c.ffn_dim)});
-    L.attn_norm = upload(vector_f32(w, p + "attn_norm.weight", c.dim));
-    L.ffn_norm = upload(vector_f32(w, p + "ffn_norm.weight", c.dim));
+    L.attn_norm = upload(load_f32_vector(w, p + "attn_norm.weight", c.dim));
+    L.ffn_norm = upload(load_f32_vector(w, p + "ffn_norm.weight", c.dim));
     if (c.qkv_bias) {
-      std::vector<float> bias = vector_f32(w, p + "attn_q.bias", c.q_dim());
+      std::vector<float> bias = load_f32_vector(w, p + "attn_q.bias", c.q_dim());
       for (const char* name : {"attn_k.bias", "attn_v.bias"}) {
-        const std::vector<float> b = vector_f32(w, p + name, c.kv_dim());
+        const std::vector<float> b = load_f32_vector(w, p + name, c.kv_dim());
         bias.insert(bias.end(), b.begin(), b.end());
       }
       L.qkv_bias = upload(bias);
     }
     if (c.qk_norm) {
-      L.q_norm = upload(vector_f32(w, p + "attn_q_norm.weight", c.head_dim));
-      L.k_norm = upload(vector_f32(w, p + "attn_k_norm.weight", c.head_dim));
+      L.q_norm = upload(load_f32_vector(w, p + "attn_q_norm.weight", c.head_dim));
+      L.k_norm = upload(load_f32_vector(w, p + "attn_k_norm.weight", c.head_dim));
     }
   }
 

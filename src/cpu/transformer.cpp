@@ -33,6 +33,7 @@
 
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/cpu/thread_pool.hpp"
+#include "specdec/model/rope.hpp"
 
 namespace specdec::cpu {
 
@@ -41,19 +42,6 @@ namespace {
 /// Tokens processed together through the whole network; longer inputs are split into steps of
 /// this size (which changes nothing in the results, only the size of the activation buffers).
 constexpr std::size_t max_step_tokens = 256;
-
-/// A small per-channel vector (norm weight, bias) as f32. These are the only weights copied:
-/// a few KB per layer, converted once so that the inner loops need not handle four dtypes.
-std::vector<float> load_vector(const WeightStore& weights, const std::string& name,
-                               std::size_t size) {
-  const Tensor& t = weights.get(name);
-  if (t.elements() != size)
-    throw Error(fmt::format("tensor {}: {} elements, expected {}", name, t.elements(), size));
-  MatrixRef m = MatrixRef::of(Tensor{t.name, t.dtype, {1, size}, t.data, t.nbytes});
-  std::vector<float> out(size);
-  dequantize_row(m, 0, out.data());
-  return out;
-}
 
 /// A weight matrix; `multiplied` when matmul() reads it (the embedding table is only looked up,
 /// which works for every type).
@@ -87,41 +75,6 @@ void apply_rope(RopeLayout layout, float* x, const float* cos, const float* sin,
     a = a0 * cos[i] - b0 * sin[i];
     b = b0 * cos[i] + a0 * sin[i];
   }
-}
-
-/// Rotary inverse frequencies as Hugging Face computes them (float32), with the model's scaling.
-std::vector<float> rope_inv_freq(const ModelConfig& c, const WeightStore& weights) {
-  const std::size_t half = c.head_dim / 2;
-  std::vector<float> inv(half);
-  for (std::size_t i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
-    inv[i] = 1.0f / std::pow(c.rope_theta, exponent);
-  }
-  const RopeScaling& s = c.rope_scaling;
-  if (s.kind == RopeScaling::Kind::linear) {
-    for (float& f : inv) f /= s.factor;
-  } else if (s.kind == RopeScaling::Kind::llama3) {
-    // transformers' _compute_llama3_parameters
-    const double old_len = static_cast<double>(s.original_context_length);
-    const double low_wavelen = old_len / s.low_freq_factor,
-                 high_wavelen = old_len / s.high_freq_factor;
-    for (float& f : inv) {
-      const double wavelen = 2.0 * std::numbers::pi / f;
-      if (wavelen < high_wavelen) continue;  // high frequency: unchanged
-      if (wavelen > low_wavelen) {
-        f = f / s.factor;
-      } else {
-        const float smooth = static_cast<float>((old_len / wavelen - s.low_freq_factor) /
-                                                (s.high_freq_factor - s.low_freq_factor));
-        f = (1.0f - smooth) * f / s.factor + smooth * f;
-      }
-    }
-  }
-  if (c.rope_freq_factors) {
-    const std::vector<float> factors = load_vector(weights, "rope_freqs.weight", half);
-    for (std::size_t i = 0; i < half; ++i) inv[i] /= factors[i];
-  }
-  return inv;
 }
 
 std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
@@ -279,7 +232,7 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   const bool tied = c.tied_embeddings || w.find("output.weight") == nullptr;
   s.embed = load_matrix(w, "token_embd.weight", c.vocab_size, c.dim, tied);
   s.output = tied ? s.embed : load_matrix(w, "output.weight", c.vocab_size, c.dim);
-  s.output_norm = load_vector(w, "output_norm.weight", c.dim);
+  s.output_norm = load_f32_vector(w, "output_norm.weight", c.dim);
   s.layers.resize(c.n_layers);
   for (std::size_t i = 0; i < c.n_layers; ++i) {
     LayerWeights& l = s.layers[i];
@@ -291,16 +244,16 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
     l.gate = load_matrix(w, p + "ffn_gate.weight", c.ffn_dim, c.dim);
     l.up = load_matrix(w, p + "ffn_up.weight", c.ffn_dim, c.dim);
     l.down = load_matrix(w, p + "ffn_down.weight", c.dim, c.ffn_dim);
-    l.attn_norm = load_vector(w, p + "attn_norm.weight", c.dim);
-    l.ffn_norm = load_vector(w, p + "ffn_norm.weight", c.dim);
+    l.attn_norm = load_f32_vector(w, p + "attn_norm.weight", c.dim);
+    l.ffn_norm = load_f32_vector(w, p + "ffn_norm.weight", c.dim);
     if (c.qkv_bias) {
-      l.q_bias = load_vector(w, p + "attn_q.bias", c.q_dim());
-      l.k_bias = load_vector(w, p + "attn_k.bias", c.kv_dim());
-      l.v_bias = load_vector(w, p + "attn_v.bias", c.kv_dim());
+      l.q_bias = load_f32_vector(w, p + "attn_q.bias", c.q_dim());
+      l.k_bias = load_f32_vector(w, p + "attn_k.bias", c.kv_dim());
+      l.v_bias = load_f32_vector(w, p + "attn_v.bias", c.kv_dim());
     }
     if (c.qk_norm) {
-      l.q_norm = load_vector(w, p + "attn_q_norm.weight", c.head_dim);
-      l.k_norm = load_vector(w, p + "attn_k_norm.weight", c.head_dim);
+      l.q_norm = load_f32_vector(w, p + "attn_q_norm.weight", c.head_dim);
+      l.k_norm = load_f32_vector(w, p + "attn_k_norm.weight", c.head_dim);
     }
   }
   s.inv_freq = rope_inv_freq(c, w);

@@ -6,12 +6,14 @@
 #include <cstddef>
 #include <functional>
 #include <ostream>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "specdec/common.hpp"
+#include "specdec/decoder/generation.hpp"
 #include "specdec/model/causal_lm.hpp"
 #include "specdec/model/tokenizer.hpp"
 
@@ -104,6 +106,26 @@ inline std::vector<float> one_hot_logits(std::size_t vocab, token_t next) {
   std::vector<float> row(vocab, 0.0f);
   row[static_cast<std::size_t>(next)] = 1.0f;
   return row;
+}
+
+/// Greedy script over `vocab` tokens: the next token is the last one + 1, except at the prefix
+/// lengths in `wrong`, where it is the last one + 2 (a draft that disagrees with the target
+/// there).
+inline MockLM counting_model(std::size_t context, std::set<std::size_t> wrong = {},
+                             std::size_t vocab = 32) {
+  return MockLM(vocab, context, [wrong, vocab](std::span<const token_t> prefix) {
+    const token_t step = wrong.count(prefix.size()) ? 2 : 1;
+    return one_hot_logits(vocab, static_cast<token_t>((prefix.back() + step) % vocab));
+  });
+}
+
+/// Greedy decoding of at most `max_new_tokens`, recording every round.
+inline GenerationConfig greedy(std::size_t max_new_tokens) {
+  GenerationConfig cfg;
+  cfg.max_new_tokens = max_new_tokens;
+  cfg.sampling.temperature = 0;
+  cfg.record_rounds = true;
+  return cfg;
 }
 
 /// A tokenizer whose token i is the string pieces[i]; no special tokens except an optional EOS

@@ -19,7 +19,9 @@ using specdec::SpeculativeDecoder;
 using specdec::SpeculativeOptions;
 using specdec::StopReason;
 using specdec::token_t;
+using specdec::test::counting_model;
 using specdec::test::fwd;
+using specdec::test::greedy;
 using specdec::test::MockLM;
 using specdec::test::one_hot_logits;
 using specdec::test::rb;
@@ -28,23 +30,6 @@ using Calls = std::vector<MockLM::Call>;
 namespace {
 
 constexpr std::size_t kVocab = 32;
-
-/// Greedy script: the next token is the last one + 1, except at the prefix lengths in `wrong`,
-/// where it is the last one + 2 (a draft that disagrees with the target there).
-MockLM counting_model(std::size_t context, std::set<std::size_t> wrong = {}) {
-  return MockLM(kVocab, context, [wrong](std::span<const token_t> prefix) {
-    const token_t step = wrong.count(prefix.size()) ? 2 : 1;
-    return one_hot_logits(kVocab, static_cast<token_t>((prefix.back() + step) % kVocab));
-  });
-}
-
-GenerationConfig greedy(std::size_t max_new_tokens) {
-  GenerationConfig cfg;
-  cfg.max_new_tokens = max_new_tokens;
-  cfg.sampling.temperature = 0;
-  cfg.record_rounds = true;
-  return cfg;
-}
 
 const std::vector<token_t> kPrompt{1, 2, 3};
 

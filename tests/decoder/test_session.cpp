@@ -22,7 +22,9 @@ using specdec::SpeculativeOptions;
 using specdec::SpeculativeSession;
 using specdec::StopReason;
 using specdec::token_t;
+using specdec::test::counting_model;
 using specdec::test::fwd;
+using specdec::test::greedy;
 using specdec::test::MockLM;
 using specdec::test::one_hot_logits;
 using specdec::test::rb;
@@ -31,22 +33,6 @@ using Calls = std::vector<MockLM::Call>;
 namespace {
 
 constexpr std::size_t kVocab = 32;
-
-/// Greedy script: the next token is the last one + 1, except at the prefix lengths in `wrong`.
-MockLM counting_model(std::size_t context, std::set<std::size_t> wrong = {}) {
-  return MockLM(kVocab, context, [wrong](std::span<const token_t> prefix) {
-    const token_t step = wrong.count(prefix.size()) ? 2 : 1;
-    return one_hot_logits(kVocab, static_cast<token_t>((prefix.back() + step) % kVocab));
-  });
-}
-
-GenerationConfig greedy(std::size_t max_new_tokens) {
-  GenerationConfig cfg;
-  cfg.max_new_tokens = max_new_tokens;
-  cfg.sampling.temperature = 0;
-  cfg.record_rounds = true;
-  return cfg;
-}
 
 /// An order-2 Markov model over V = 6 with position dependence (random logits from `seed`).
 struct Markov {

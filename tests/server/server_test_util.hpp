@@ -12,8 +12,8 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
-#include <regex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -54,18 +54,20 @@ class ServerProcess {
       _exit(127);
     }
     // The port it bound, from "listening on http://127.0.0.1:PORT".
-    const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    constexpr std::string_view listening = "listening on http://127.0.0.1:";
     const auto deadline = std::chrono::steady_clock::now() + kPatience;
-    std::smatch m;
+    std::size_t at = std::string::npos;
+    std::string text;
     for (;;) {
-      const std::string text = err();
-      if (std::regex_search(text, m, listening)) break;
+      text = err();
+      at = text.find(listening);
+      if (at != std::string::npos && text.find('\n', at) != std::string::npos) break;
       INFO(text);
       REQUIRE(std::chrono::steady_clock::now() < deadline);
       REQUIRE(running());
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    port_ = std::stoi(m[1].str());
+    port_ = std::stoi(text.substr(at + listening.size()));
     for (;;) {
       httplib::Client c("127.0.0.1", port_);
       if (const auto r = c.Get("/health"); r && r->status == 200) break;
