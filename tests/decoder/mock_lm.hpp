@@ -4,8 +4,11 @@
 // tiny tokenizer whose tokens are fixed strings.
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <ostream>
+#include <random>
 #include <set>
 #include <span>
 #include <string>
@@ -118,6 +121,29 @@ inline MockLM counting_model(std::size_t context, std::set<std::size_t> wrong = 
     return one_hot_logits(vocab, static_cast<token_t>((prefix.back() + step) % vocab));
   });
 }
+
+/// An order-2 Markov model over V = 6 with position dependence (random logits from `seed`).
+struct Markov {
+  std::vector<float> table;
+  explicit Markov(std::uint32_t seed) : table(6 * 6 * 3 * 6) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    for (auto& x : table) x = dist(gen);
+  }
+  /// The model with room for `context` positions; its row at prefix length `bad_at` has a NaN
+  /// (0: never).
+  [[nodiscard]] MockLM lm(std::size_t context = 64, std::size_t bad_at = 0) const {
+    return MockLM(6, context, [this, bad_at](std::span<const token_t> prefix) {
+      const auto a = static_cast<std::size_t>(prefix.back());
+      const auto b = prefix.size() > 1 ? static_cast<std::size_t>(prefix[prefix.size() - 2]) : 0;
+      const std::size_t offset = ((a * 6 + b) * 3 + prefix.size() % 3) * 6;
+      std::vector<float> row(table.begin() + static_cast<std::ptrdiff_t>(offset),
+                             table.begin() + static_cast<std::ptrdiff_t>(offset + 6));
+      if (prefix.size() == bad_at) row[1] = std::numeric_limits<float>::quiet_NaN();
+      return row;
+    });
+  }
+};
 
 /// Greedy decoding of at most `max_new_tokens`, recording every round.
 inline GenerationConfig greedy(std::size_t max_new_tokens) {

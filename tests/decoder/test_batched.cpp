@@ -25,31 +25,10 @@ using specdec::SpeculativeDecoder;
 using specdec::SpeculativeOptions;
 using specdec::SpeculativeSession;
 using specdec::token_t;
+using specdec::test::Markov;
 using specdec::test::MockLM;
 
 namespace {
-
-/// An order-2 Markov model over V = 6 with position dependence (random logits from `seed`).
-struct Markov {
-  std::vector<float> table;
-  explicit Markov(std::uint32_t seed) : table(6 * 6 * 3 * 6) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-    for (auto& x : table) x = dist(gen);
-  }
-  /// The model; its row at prefix length `bad_at` has a NaN (0: never).
-  [[nodiscard]] MockLM lm(std::size_t bad_at = 0) const {
-    return MockLM(6, 64, [this, bad_at](std::span<const token_t> prefix) {
-      const auto a = static_cast<std::size_t>(prefix.back());
-      const auto b = prefix.size() > 1 ? static_cast<std::size_t>(prefix[prefix.size() - 2]) : 0;
-      const std::size_t offset = ((a * 6 + b) * 3 + prefix.size() % 3) * 6;
-      std::vector<float> row(table.begin() + static_cast<std::ptrdiff_t>(offset),
-                             table.begin() + static_cast<std::ptrdiff_t>(offset + 6));
-      if (prefix.size() == bad_at) row[1] = std::numeric_limits<float>::quiet_NaN();
-      return row;
-    });
-  }
-};
 
 struct Request {
   std::vector<token_t> prompt;
@@ -180,8 +159,8 @@ TEST_CASE("BatchedRounds: a sequence whose round throws is cancelled, the others
   // Sequence 1's target and sequence 2's draft produce a NaN once the prefix has 8 tokens.
   std::vector<MockLM> targets, drafts;
   for (std::size_t b = 0; b < 3; ++b) {
-    targets.push_back(p_model.lm(b == 1 ? 8 : 0));
-    drafts.push_back(q_model.lm(b == 2 ? 8 : 0));
+    targets.push_back(p_model.lm(64, b == 1 ? 8 : 0));
+    drafts.push_back(q_model.lm(64, b == 2 ? 8 : 0));
   }
   std::vector<std::unique_ptr<Session>> sessions;
   std::vector<Session*> active;

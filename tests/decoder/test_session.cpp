@@ -25,6 +25,7 @@ using specdec::token_t;
 using specdec::test::counting_model;
 using specdec::test::fwd;
 using specdec::test::greedy;
+using specdec::test::Markov;
 using specdec::test::MockLM;
 using specdec::test::one_hot_logits;
 using specdec::test::rb;
@@ -33,25 +34,6 @@ using Calls = std::vector<MockLM::Call>;
 namespace {
 
 constexpr std::size_t kVocab = 32;
-
-/// An order-2 Markov model over V = 6 with position dependence (random logits from `seed`).
-struct Markov {
-  std::vector<float> table;
-  explicit Markov(std::uint32_t seed) : table(6 * 6 * 3 * 6) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-    for (auto& x : table) x = dist(gen);
-  }
-  [[nodiscard]] MockLM lm(std::size_t context = 64) const {
-    return MockLM(6, context, [this](std::span<const token_t> prefix) {
-      const auto a = static_cast<std::size_t>(prefix.back());
-      const auto b = prefix.size() > 1 ? static_cast<std::size_t>(prefix[prefix.size() - 2]) : 0;
-      const std::size_t offset = ((a * 6 + b) * 3 + prefix.size() % 3) * 6;
-      return std::vector<float>(table.begin() + static_cast<std::ptrdiff_t>(offset),
-                                table.begin() + static_cast<std::ptrdiff_t>(offset + 6));
-    });
-  }
-};
 
 }  // namespace
 
