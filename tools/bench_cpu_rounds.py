@@ -57,8 +57,8 @@ def main():
             else:
                 values = [float(r[column]) for r in rows]
             med = statistics.median(values)
-            digits = 2 if max(abs(v) for v in values) < 100 else 1
-            if args.medians_only:
+            digits = 2 if max(abs(v) for v in values) < 10 else 1 if max(values) < 1000 else 0
+            if args.medians_only or len(values) == 1:
                 cells.append(f"{med:.{digits}f}")
             else:
                 cells.append(f"{med:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})")
