@@ -201,7 +201,8 @@ inline LogitScan scan_logits(const float* row, std::size_t n) {
     i32x4 lane_index = {0, 1, 2, 3};
     i32x4 index = lane_index;
     i32x4 lane_bad = (lane_best - lane_best) != zero;
-    for (i = 4; i + 4 <= n; i += 4) {
+    const std::size_t body = n - n % 4;
+    for (i = 4; i < body; i += 4) {
       index += 4;
       const f32x4 v = load4(row + i);
       lane_bad |= (v - v) != zero;
@@ -230,7 +231,7 @@ inline LogitScan scan_logits(const float* row, std::size_t n) {
   }
   if (!bad) return {best_index, n};
   std::size_t first_bad = 0;
-  while (row[first_bad] - row[first_bad] == 0.0f) ++first_bad;
+  while (first_bad + 1 < n && row[first_bad] - row[first_bad] == 0.0f) ++first_bad;
   return {best_index, first_bad};
 }
 
@@ -257,7 +258,8 @@ inline float kth_largest(const float* row, std::size_t n, std::size_t k,
   };
   std::size_t i = 0;
 #if SPECDEC_SAMPLING_SIMD
-  for (; i + 4 <= n; i += 4) {
+  const std::size_t body = n - n % 4;
+  for (; i < body; i += 4) {
     const f32x4 v = load4(row + i);
     const i32x4 keep = v >= threshold;
     if (!any_lane(keep)) continue;
@@ -380,7 +382,8 @@ class ProcessedRow {
       detail::f64x2 acc01 = {0, 0};
       detail::f64x2 acc23 = {0, 0};
       detail::i32x4 index = {0, 1, 2, 3};
-      for (; i + 4 <= vocab_; i += 4, index += 4) {
+      const std::size_t body = vocab_ - vocab_ % 4;
+      for (; i < body; i += 4, index += 4) {
         const detail::f32x4 w = weights(detail::load4(logits_ + i), index);
         const detail::f64x2 lo = {static_cast<double>(w[0]), static_cast<double>(w[1])};
         const detail::f64x2 hi = {static_cast<double>(w[2]), static_cast<double>(w[3])};
@@ -424,7 +427,8 @@ class ProcessedRow {
       // cut as a float threshold that admits every w with double(w) >= cut (and perhaps a few
       // more, filtered exactly below).
       const auto cut_f = std::nextafter(static_cast<float>(cut), 0.0f);
-      for (; i + 4 <= vocab_; i += 4) {
+      const std::size_t body = vocab_ - vocab_ % 4;
+      for (; i < body; i += 4) {
         const detail::f32x4 v = detail::load4(w.data() + i);
         if (!detail::any_lane(v >= cut_f)) continue;
         for (std::size_t l = 0; l < 4; ++l) {
