@@ -188,51 +188,51 @@ struct LogitScan {
 };
 
 inline LogitScan scan_logits(const float* row, std::size_t n) {
-  std::size_t i = 0;
+  // Pass 1: the maximum value and whether every entry is finite (x - x is 0 for finite x, NaN
+  // otherwise, and a NaN survives the sums); 4 independent vector chains. Pass 2: the first
+  // index holding the maximum (stops there).
   float best = row[0];
-  std::size_t best_index = 0;
   bool bad = false;
+  std::size_t i = 0;
 #if SPECDEC_SAMPLING_SIMD
-  if (n >= 8) {
-    // Per lane: the first maximum of the entries of that lane; then the lanes' maxima, the
-    // lowest index among equal ones. Non-finite entries are flagged by x - x != 0.
-    const f32x4 zero = {};
-    f32x4 lane_best = load4(row);
-    i32x4 lane_index = {0, 1, 2, 3};
-    i32x4 index = lane_index;
-    i32x4 lane_bad = (lane_best - lane_best) != zero;
-    const std::size_t body = n - n % 4;
-    for (i = 4; i < body; i += 4) {
-      index += 4;
-      const f32x4 v = load4(row + i);
-      lane_bad |= (v - v) != zero;
-      const i32x4 greater = v > lane_best;
-      lane_best = select(greater, v, lane_best);
-      lane_index = (index & greater) | (lane_index & ~greater);
+  if (n >= 16) {
+    const std::size_t body = n - n % 16;
+    f32x4 m[4];
+    f32x4 z[4];
+    for (int c = 0; c < 4; ++c) {
+      m[c] = load4(row + 4 * c);
+      z[c] = m[c] - m[c];
     }
-    bad = any_lane(lane_bad);
-    best = lane_best[0];
-    best_index = static_cast<std::size_t>(lane_index[0]);
-    for (int l = 1; l < 4; ++l) {
-      const auto li = static_cast<std::size_t>(lane_index[l]);
-      if (lane_best[l] > best || (lane_best[l] == best && li < best_index)) {
-        best = lane_best[l];
-        best_index = li;
+    for (i = 16; i < body; i += 16) {
+      for (int c = 0; c < 4; ++c) {
+        const f32x4 v = load4(row + i + 4 * static_cast<std::size_t>(c));
+        z[c] += v - v;
+        m[c] = select(v > m[c], v, m[c]);
       }
+    }
+    const f32x4 zero = {};
+    bad = any_lane((z[0] + z[1] + z[2] + z[3]) != zero);
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 4; ++l) best = m[c][l] > best ? m[c][l] : best;
     }
   }
 #endif
   for (; i < n; ++i) {
     bad |= row[i] - row[i] != 0.0f;
-    if (row[i] > best) {
-      best = row[i];
-      best_index = i;
-    }
+    if (row[i] > best) best = row[i];
   }
-  if (!bad) return {best_index, n};
-  std::size_t first_bad = 0;
-  while (first_bad + 1 < n && row[first_bad] - row[first_bad] == 0.0f) ++first_bad;
-  return {best_index, first_bad};
+  if (bad) {
+    std::size_t first_bad = 0;
+    while (first_bad + 1 < n && row[first_bad] - row[first_bad] == 0.0f) ++first_bad;
+    return {0, first_bad};
+  }
+  std::size_t first = 0;
+#if SPECDEC_SAMPLING_SIMD
+  const std::size_t body4 = n - n % 4;
+  while (first < body4 && !any_lane(load4(row + first) == best)) first += 4;
+#endif
+  while (first + 1 < n && !(row[first] == best)) ++first;
+  return {first, n};
 }
 
 /// The k-th largest (1-based, 1 <= k <= n) of row[0 .. n), exactly what std::nth_element finds
@@ -284,8 +284,8 @@ template <class Real>
 class ProcessedRow {
  public:
   /// Plans the processing of `logits` (V > 0 entries, all finite: check with
-  /// detail::scan_logits first) under the non-greedy `params`. `work` (V entries) is written
-  /// when top-p is on (it holds the weights); otherwise it is not touched.
+  /// detail::scan_logits first) under the non-greedy `params`. `work` (V entries) receives the
+  /// kept weights, which materialise() scales.
   static ProcessedRow plan(std::span<const float> logits, const SamplingParams& params,
                            std::size_t argmax, std::span<Real> work) {
     ProcessedRow row;
@@ -306,7 +306,7 @@ class ProcessedRow {
 
     // 3. top-p on the weights of what top-k kept.
     if (params.top_p < 1.0f) {
-      const double total = row.pass(work.data(), nullptr, 0.0);
+      const double total = row.pass(work.data());
       row.choose_nucleus(work, total, static_cast<double>(params.top_p));
     }
 
@@ -316,8 +316,9 @@ class ProcessedRow {
       row.w_min_ = static_cast<Real>(params.min_p);
     }
 
-    // 5. the kept weights' total (>= 1: the argmax has weight 1).
-    row.total_ = row.pass(nullptr, nullptr, 0.0);
+    // 5. the kept weights' total (>= 1: the argmax has weight 1), the weights kept in work.
+    row.total_ = row.pass(work.data());
+    row.weights_ = work.data();
     row.scale_ = 1.0 / row.total_;
     return row;
   }
@@ -327,8 +328,12 @@ class ProcessedRow {
     return static_cast<Real>(static_cast<double>(weight(i)) * scale_);
   }
 
-  /// probs (V entries) = the whole processed distribution.
-  void materialise(std::span<Real> probs) const { (void)pass(nullptr, probs.data(), scale_); }
+  /// probs (V entries, may be `work` itself) = the whole processed distribution, from the
+  /// weights that plan() left in `work` (so: before `work` is reused).
+  void materialise(std::span<Real> probs) const {
+    for (std::size_t i = 0; i < vocab_; ++i)
+      probs[i] = static_cast<Real>(static_cast<double>(weights_[i]) * scale_);
+  }
 
   /// The kept tokens' total weight (the normaliser).
   [[nodiscard]] double total() const { return total_; }
@@ -372,9 +377,8 @@ class ProcessedRow {
 #endif
 
   /// One pass over the row: the total of the weights (the fixed lane order of
-  /// detail::kTotalLanes); with `weights_out`, the weights are stored there; with `probs_out`,
-  /// weight * scale is stored there.
-  double pass(Real* weights_out, Real* probs_out, double scale) const {
+  /// detail::kTotalLanes); with `weights_out`, the weights are stored there.
+  double pass(Real* weights_out) const {
     double lane[detail::kTotalLanes] = {0, 0, 0, 0};
     std::size_t i = 0;
 #if SPECDEC_SAMPLING_SIMD
@@ -390,13 +394,6 @@ class ProcessedRow {
         acc01 += lo;
         acc23 += hi;
         if (weights_out != nullptr) detail::store4(weights_out + i, w);
-        if (probs_out != nullptr) {
-          const detail::f64x2 plo = lo * scale;
-          const detail::f64x2 phi = hi * scale;
-          const detail::f32x4 p = {static_cast<float>(plo[0]), static_cast<float>(plo[1]),
-                                   static_cast<float>(phi[0]), static_cast<float>(phi[1])};
-          detail::store4(probs_out + i, p);
-        }
       }
       lane[0] = acc01[0];
       lane[1] = acc01[1];
@@ -408,7 +405,6 @@ class ProcessedRow {
       const Real w = weight(i);
       lane[i % detail::kTotalLanes] += static_cast<double>(w);
       if (weights_out != nullptr) weights_out[i] = w;
-      if (probs_out != nullptr) probs_out[i] = static_cast<Real>(static_cast<double>(w) * scale);
     }
     return detail::combine_total_lanes(lane);
   }
@@ -488,6 +484,7 @@ class ProcessedRow {
   }
 
   const float* logits_ = nullptr;
+  const Real* weights_ = nullptr;  // [V]: the kept weights (plan's `work`)
   std::size_t vocab_ = 0;
   float temperature_ = 1.0f;
   Real s_max_ = 0;
