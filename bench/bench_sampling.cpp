@@ -20,6 +20,8 @@
 //           in a decoder, where the rows were just written by the logits processing.
 // Each copy is mmap'ed and only the entries verify reads are written, so the untouched rows of
 // the (k+1) x V and k x V buffers cost address space, not memory.
+// BM_process and BM_round (logits -> decisions, the "Sampling at V = 151936" section of
+// docs/benchmarks.md) are described above their code.
 // Time is CPU time (Google Benchmark's default): the same as wall time for this single-threaded
 // code on an idle machine, and less disturbed when the machine is shared.
 #include <sys/mman.h>
@@ -36,6 +38,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "sort_reference_processing.hpp"
+#include "specdec/decoder/sampler.hpp"
 #include "specdec/sampling/batch.hpp"
 
 namespace {
@@ -226,8 +230,149 @@ void BM_verify_chain(benchmark::State& state) {
                           static_cast<std::int64_t>(bytes_per_call));
 }
 
+// ---------------------------------------------------------------- logits -> decisions
+//
+// BM_process: one row of LM-like logits (a N(0, 2^2) body and 20 tokens lifted by 8 ... 16: a
+// peaked distribution with a long tail, like a code model's) under one setting:
+//   impl 0  the sort-based processing as it was (tests/support/sort_reference_processing.hpp);
+//   impl 1  process_logits (the row plan, materialised);
+//   impl 2  p(x) alone (plan_processing + prob(x)), what an accepted drafted token costs;
+//           for greedy, the argmax alone (detail::scan_logits), what a greedy round reads.
+//   mode    0 greedy, 1 T = 0.8, 2 top-k 40, 3 top-p 0.95, 4 min-p 0.05 (the last three at T = 1).
+// Bytes processed = the logits read once (V * 4): the memory roofline of any exact processing.
+//
+// BM_round: the sampling of one speculative round with k = 4 on a HostSampler: 4 draft rows
+// (process + draw) and the verification of the 5 target rows. The draft's logits are the
+// target's plus N(0, 1) noise, so rounds end in rejections and bonuses alike.
+//   impl 0  as it was: every row processed in full (sort-based), then verify_chain;
+//   impl 1  HostSampler (lazy: argmaxes when greedy; p(x) alone for accepted tokens).
+
+std::vector<float> lm_logits(std::size_t vocab, std::uint64_t seed, float noise = 0.0f,
+                             const std::vector<float>* base = nullptr) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> lift(8.0f, 16.0f);
+  std::uniform_int_distribution<std::size_t> token(0, vocab - 1);
+  std::vector<float> logits(vocab);
+  if (base != nullptr) {
+    for (std::size_t i = 0; i < vocab; ++i) logits[i] = (*base)[i] + noise * normal(gen);
+    return logits;
+  }
+  for (float& l : logits) l = 2.0f * normal(gen);
+  for (int j = 0; j < 20; ++j) logits[token(gen)] += lift(gen);
+  return logits;
+}
+
+specdec::sampling::SamplingParams setting(std::int64_t mode) {
+  switch (mode) {
+    case 0:
+      return {.temperature = 0.0f};
+    case 1:
+      return {.temperature = 0.8f};
+    case 2:
+      return {.temperature = 1.0f, .top_k = 40};
+    case 3:
+      return {.temperature = 1.0f, .top_p = 0.95f};
+    default:
+      return {.temperature = 1.0f, .min_p = 0.05f};
+  }
+}
+
+void BM_process(benchmark::State& state) {
+  namespace sp = specdec::sampling;
+  const auto vocab = static_cast<std::size_t>(state.range(0));
+  const std::int64_t impl = state.range(1);
+  const sp::SamplingParams params = setting(state.range(2));
+  const std::vector<float> logits = lm_logits(vocab, 7);
+  std::vector<float> probs(vocab);
+  const std::size_t x = sp::argmax<float>(logits);
+  for (auto _ : state) {
+    if (impl == 0) {
+      specdec::test::sort_reference_process<float>(logits, params, std::span<float>(probs));
+    } else if (impl == 1) {
+      sp::process_logits<float>(logits, params, std::span<float>(probs));
+    } else if (params.greedy()) {
+      benchmark::DoNotOptimize(sp::detail::scan_logits(logits.data(), vocab).argmax);
+    } else {
+      benchmark::DoNotOptimize(
+          sp::plan_processing<float>(logits, params, std::span<float>(probs)).prob(x));
+    }
+    benchmark::DoNotOptimize(probs.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                          static_cast<std::int64_t>(vocab * sizeof(float)));
+}
+
+void BM_round(benchmark::State& state) {
+  namespace sp = specdec::sampling;
+  constexpr std::size_t k = 4;
+  const auto vocab = static_cast<std::size_t>(state.range(0));
+  const bool lazy = state.range(1) != 0;
+  const sp::SamplingParams params = setting(state.range(2));
+  std::vector<float> target((k + 1) * vocab);
+  std::vector<float> draft(k * vocab);
+  for (std::size_t r = 0; r <= k; ++r) {
+    const std::vector<float> row = lm_logits(vocab, 100 + r);
+    std::copy(row.begin(), row.end(), target.begin() + static_cast<std::ptrdiff_t>(r * vocab));
+    if (r < k) {
+      const std::vector<float> noisy = lm_logits(vocab, 200 + r, 1.0f, &row);
+      std::copy(noisy.begin(), noisy.end(), draft.begin() + static_cast<std::ptrdiff_t>(r * vocab));
+    }
+  }
+  const auto row_of = [&](const std::vector<float>& rows, std::size_t r) {
+    return std::span<const float>(rows).subspan(r * vocab, vocab);
+  };
+  specdec::HostSampler sampler(vocab, k);
+  sampler.begin(params, 42);
+  sp::PhiloxStream target_rng(42, specdec::kTargetStream);
+  sp::PhiloxStream draft_rng(42, specdec::kDraftStream);
+  std::vector<float> p((k + 1) * vocab);
+  std::vector<float> q(k * vocab);
+  std::vector<token_t> drafted(k);
+  std::int64_t accepted = 0;
+  for (auto _ : state) {
+    if (lazy) {
+      sampler.begin_round(1);
+      for (std::size_t i = 0; i < k; ++i)
+        sampler.draft_rows({draft.data() + i * vocab, 1, vocab, specdec::Memory::host}, 1, i);
+      const auto verdict = sampler.verify({target.data(), k + 1, vocab, specdec::Memory::host}, k,
+                                          specdec::Proposal::sampled, 0);
+      accepted += static_cast<std::int64_t>(verdict.accepted);
+      benchmark::DoNotOptimize(verdict.next);
+    } else {
+      for (std::size_t i = 0; i < k; ++i) {
+        const std::span<float> qi = std::span<float>(q).subspan(i * vocab, vocab);
+        specdec::test::sort_reference_process<float>(row_of(draft, i), params, qi);
+        drafted[i] = params.greedy() ? static_cast<token_t>(sp::argmax<float>(qi))
+                                     : sp::sample_from<float>(qi, draft_rng.next());
+      }
+      for (std::size_t r = 0; r <= k; ++r)
+        specdec::test::sort_reference_process<float>(row_of(target, r), params,
+                                                     std::span<float>(p).subspan(r * vocab, vocab));
+      const sp::VerifyResult verdict =
+          params.greedy() ? sp::verify_chain_greedy<float>(p, drafted, vocab)
+                          : sp::verify_chain<float>(p, q, drafted, vocab, target_rng);
+      accepted += static_cast<std::int64_t>(verdict.accepted);
+      benchmark::DoNotOptimize(verdict.next);
+    }
+  }
+  state.counters["accepted/round"] =
+      benchmark::Counter(static_cast<double>(accepted), benchmark::Counter::kAvgIterations);
+  // The logits of the round read once: the roofline of any exact round sampling.
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                          static_cast<std::int64_t>((2 * k + 1) * vocab * sizeof(float)));
+}
+
 }  // namespace
 
+BENCHMARK(BM_process)
+    ->ArgNames({"V", "impl", "mode"})
+    ->ArgsProduct({{4096, 151936}, {0, 1, 2}, {0, 1, 2, 3, 4}})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_round)
+    ->ArgNames({"V", "impl", "mode"})
+    ->ArgsProduct({{4096, 151936}, {0, 1}, {0, 1, 2, 3, 4}})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_read_sum)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_verify_chain)
     ->ArgNames({"V", "k", "B", "reject", "cold"})

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sampling_test_util.hpp"
+#include "sort_reference_processing.hpp"
 #include "specdec/sampling/process.hpp"
 #include "specdec/sampling/verify.hpp"
 #include "specdec_test.hpp"
@@ -221,4 +222,163 @@ TEST_CASE("process_logits rejects invalid input", "[process][errors]") {
   sp = {};
   sp.temperature = 0;
   throws_with({nan, 1.0f}, sp, "logits[0] is NaN");
+}
+
+// ------------------------------------------------------------------ full vocabulary (Qwen2.5)
+//
+// At V = 151936 (Qwen2.5's vocabulary) the processing must keep exactly the tokens that the
+// sort-based processing keeps (tests/support/sort_reference_processing.hpp, the processing as
+// written before the row plans) with the same probabilities up to the exp's rounding, and a
+// lazily computed entry must equal the materialised one bit for bit.
+
+namespace {
+
+constexpr std::size_t kQwenVocab = 151936;
+
+/// LM-like logits: a N(0, 2^2) body, `peaks` tokens lifted by 6 ... 16 (a peaked distribution
+/// with a long tail), and a few exact ties among the peaks.
+std::vector<float> lm_logits(std::uint64_t seed, std::size_t peaks) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::uniform_real_distribution<float> lift(6.0f, 16.0f);
+  std::uniform_int_distribution<std::size_t> token(0, kQwenVocab - 1);
+  std::vector<float> logits(kQwenVocab);
+  for (float& l : logits) l = normal(gen);
+  for (std::size_t j = 0; j < peaks; ++j) logits[token(gen)] += lift(gen);
+  const std::size_t a = token(gen);
+  const std::size_t b = token(gen);
+  logits[b] = logits[a];  // a tie somewhere in the body
+  return logits;
+}
+
+const std::vector<SamplingParams>& large_settings() {
+  static const std::vector<SamplingParams> settings = {
+      {.temperature = 0.8f},
+      {.temperature = 1.0f, .top_k = 40},
+      {.temperature = 0.7f, .top_k = 1},
+      {.temperature = 1.3f, .top_k = 5000},
+      {.temperature = 0.8f, .top_p = 0.95f},
+      {.temperature = 1.0f, .top_p = 0.5f},
+      {.temperature = 1.5f, .top_p = 0.99f},
+      {.temperature = 0.8f, .min_p = 0.05f},
+      {.temperature = 1.0f, .top_k = 100, .top_p = 0.9f, .min_p = 0.02f},
+  };
+  return settings;
+}
+
+}  // namespace
+
+TEST_CASE("full-vocabulary rows keep the sort-based reference's tokens", "[process][large]") {
+  for (const std::size_t peaks : {0u, 3u, 40u}) {
+    const auto logits = lm_logits(1000 + peaks, peaks);
+    for (const SamplingParams& sp : large_settings()) {
+      INFO("peaks " << peaks << " T " << sp.temperature << " top_k " << sp.top_k << " top_p "
+                    << sp.top_p << " min_p " << sp.min_p);
+      std::vector<float> want(kQwenVocab);
+      specdec::test::sort_reference_process<float>(logits, sp, std::span<float>(want));
+      const auto got = process_logits<float>(logits, sp);
+      std::size_t kept = 0;
+      for (std::size_t i = 0; i < kQwenVocab; ++i) {
+        if ((got[i] > 0) != (want[i] > 0)) {
+          INFO("token " << i << ": got " << got[i] << ", want " << want[i]);
+          REQUIRE((got[i] > 0) == (want[i] > 0));
+        }
+        kept += got[i] > 0;
+        // The polynomial exp is within a few ulp of std::exp: 2e-6 relative covers it and the
+        // totals' different summation order.
+        if (std::fabs(got[i] - want[i]) > 2e-6f * want[i] + 1e-30f) {
+          INFO("token " << i << ": got " << got[i] << ", want " << want[i]);
+          REQUIRE(std::fabs(got[i] - want[i]) <= 2e-6f * want[i] + 1e-30f);
+        }
+      }
+      if (sp.top_k > 0 && sp.top_p == 1.0f && sp.min_p == 0.0f)
+        CHECK(kept >= static_cast<std::size_t>(sp.top_k));
+      // Double rows: std::exp, only the totals' summation order differs.
+      std::vector<double> want_d(kQwenVocab);
+      specdec::test::sort_reference_process<double>(logits, sp, std::span<double>(want_d));
+      const auto got_d = process_logits<double>(logits, sp);
+      for (std::size_t i = 0; i < kQwenVocab; ++i) {
+        if ((got_d[i] > 0) != (want_d[i] > 0) ||
+            std::fabs(got_d[i] - want_d[i]) > 1e-12 * want_d[i]) {
+          INFO("double, token " << i << ": got " << got_d[i] << ", want " << want_d[i]);
+          REQUIRE((got_d[i] > 0) == (want_d[i] > 0));
+          REQUIRE(std::fabs(got_d[i] - want_d[i]) <= 1e-12 * want_d[i]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a lazily computed p(x) equals the materialised row bit for bit", "[process][large]") {
+  const auto logits = lm_logits(77, 12);
+  std::vector<float> work(kQwenVocab);
+  for (const SamplingParams& sp : large_settings()) {
+    INFO("T " << sp.temperature << " top_k " << sp.top_k << " top_p " << sp.top_p << " min_p "
+              << sp.min_p);
+    const auto full = process_logits<float>(logits, sp);
+    const auto row = specdec::sampling::plan_processing<float>(logits, sp, std::span(work));
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < kQwenVocab; ++i) differ += row.prob(i) != full[i];
+    CHECK(differ == 0);
+  }
+  // Small and odd sizes take the scalar tails.
+  for (const std::size_t vocab : {1u, 3u, 7u, 9u, 4099u}) {
+    std::vector<float> small(logits.begin(), logits.begin() + static_cast<std::ptrdiff_t>(vocab));
+    std::vector<float> small_work(vocab);
+    for (const SamplingParams& sp : large_settings()) {
+      const auto full = process_logits<float>(small, sp);
+      const auto row = specdec::sampling::plan_processing<float>(small, sp, std::span(small_work));
+      for (std::size_t i = 0; i < vocab; ++i) REQUIRE(row.prob(i) == full[i]);
+    }
+  }
+}
+
+TEST_CASE("full-vocabulary argmax: first maximum wins, NaN named by index", "[process][large]") {
+  auto logits = lm_logits(5, 0);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  // Ties in different vector lanes, in the vector body and in the scalar tail.
+  for (const std::vector<std::size_t>& ties :
+       {std::vector<std::size_t>{7, 4099, 151935}, std::vector<std::size_t>{151934, 151935},
+        std::vector<std::size_t>{5, 6}, std::vector<std::size_t>{0, 151935},
+        std::vector<std::size_t>{100002, 100001}}) {
+    auto row = logits;
+    for (const std::size_t t : ties) row[t] = 50.0f;
+    const std::size_t first = *std::min_element(ties.begin(), ties.end());
+    const auto probs = process_logits<float>(row, greedy);
+    CHECK(probs[first] == 1.0f);
+    CHECK(std::accumulate(probs.begin(), probs.end(), 0.0) == 1.0);
+    CHECK(specdec::sampling::detail::scan_logits(row.data(), row.size()).argmax == first);
+  }
+  for (const std::size_t bad : {3u, 70001u, 151935u}) {
+    auto row = logits;
+    row[bad] = std::numeric_limits<float>::quiet_NaN();
+    row[bad + (bad < 100 ? 10 : 0)] = bad < 100 ? std::numeric_limits<float>::infinity() : row[bad];
+    CHECK_THROWS_WITH(process_logits<float>(row, greedy),
+                      Catch::Matchers::Contains("logits[" + std::to_string(bad) + "] is NaN"));
+    CHECK_THROWS_WITH(process_logits<float>(row, SamplingParams{}),
+                      Catch::Matchers::Contains("logits[" + std::to_string(bad) + "] is NaN"));
+  }
+}
+
+TEST_CASE("top-k at full vocabulary: ties at the boundary, k near V", "[process][large]") {
+  // Every logit equal: top-k keeps all (ties at the boundary are kept).
+  const std::vector<float> flat(kQwenVocab, 1.5f);
+  SamplingParams sp;
+  sp.top_k = 40;
+  auto probs = process_logits<float>(flat, sp);
+  CHECK(std::count_if(probs.begin(), probs.end(), [](float p) { return p > 0; }) ==
+        static_cast<std::ptrdiff_t>(kQwenVocab));
+  // 1000 tokens share the top value, k = 40: all 1000 are kept.
+  std::vector<float> logits = lm_logits(9, 0);
+  for (std::size_t i = 0; i < 1000; ++i) logits[i * 151] = 30.0f;
+  probs = process_logits<float>(logits, sp);
+  CHECK(std::count_if(probs.begin(), probs.end(), [](float p) { return p > 0; }) == 1000);
+  for (const int k : {static_cast<int>(kQwenVocab) - 1, 4096, 4097, 2}) {
+    sp.top_k = k;
+    std::vector<float> want(kQwenVocab);
+    specdec::test::sort_reference_process<float>(logits, sp, std::span<float>(want));
+    probs = process_logits<float>(logits, sp);
+    for (std::size_t i = 0; i < kQwenVocab; ++i) REQUIRE((probs[i] > 0) == (want[i] > 0));
+  }
 }

@@ -172,9 +172,9 @@ inline void check_proposal(std::span<const token_t> tokens, std::size_t vocab) {
 ///
 /// Storage: the round's tokens [last, x_1 .. x_k] and the draft's processed rows q (k x V), kept
 /// from draft() until verify(); the target's processed rows p ((k + 1) x V) during verify().
-/// Every row is processed in full today; the seam lets a later version be lazier (greedy needs
-/// only argmaxes; an accepted token only p(x) and q(x); only a rejection or the bonus needs a
-/// whole distribution) without changing the decoders.
+/// Only what a round needs is computed: greedy rounds take argmaxes of the logits and write no
+/// distribution; an accepted token needs only p(x) and q(x); only the rejected row or the bonus
+/// row is processed in full (verify()).
 class HostSampler {
  public:
   static constexpr Memory memory = Memory::host;
@@ -240,39 +240,30 @@ class HostSampler {
     return TargetInput{std::span<const token_t>(tokens_).first(k + 1), {}};
   }
 
-  /// Processes the k + 1 target rows and verifies x_1 .. x_k against them (k = 0: one plain
-  /// target step). Uniforms: the target stream, k + 1 counters (none when greedy).
+  /// Verifies x_1 .. x_k against the k + 1 target rows (k = 0: one plain target step).
+  /// Uniforms: the target stream, k + 1 counters (none when greedy).
+  ///
+  /// Only what the round needs is computed. Greedy: each row's argmax (and finiteness). Else:
+  /// for each drafted token p(x_i) alone (a ProcessedRow: the row's max and normaliser, no row
+  /// written), which decides the acceptances; then the one row the verification reads in full
+  /// (the rejected row, or the bonus row k) is materialised into p_, and the sampling core's
+  /// verify_chain / verify_chain_onehot decides the round on p_ as always: it reads exactly
+  /// p_i(x_i) for the accepted rows and that full row, which hold the values of a full
+  /// processing bit for bit (ProcessedRow::prob). Rows after a rejection are read only for the
+  /// record's p(x_i), and the bonus row only when every token was accepted.
   RoundVerdict verify(const LogitsView& target, std::size_t k, Proposal proposal,
                       std::size_t position) {
     check_k(k);
     detail::check_logits(target, k + 1, vocab_, "target model");
     const auto t0 = std::chrono::steady_clock::now();
-    p_.resize((k + 1) * vocab_);
-    for (std::size_t r = 0; r <= k; ++r)
-      process(target.row(r), std::span<float>(p_.data() + r * vocab_, vocab_), "target model",
-              position + r);
     const std::span<const token_t> drafted = std::span<const token_t>(tokens_).subspan(1, k);
-    const std::span<const float> p(p_);
-    sampling::VerifyResult verdict{};
-    if (params_.greedy()) {
-      verdict = sampling::verify_chain_greedy<float>(p, drafted, vocab_);
-    } else if (proposal == Proposal::point_mass || k == 0) {
-      verdict = sampling::verify_chain_onehot<float>(p, drafted, vocab_, target_rng_);
-    } else {
-      if (q_.size() < k * vocab_)
-        throw Error("HostSampler::verify: " + std::to_string(k) + " sampled drafts, but only " +
-                    std::to_string(q_.size() / vocab_) + " draft rows were kept");
-      verdict = sampling::verify_chain<float>(p, std::span<const float>(q_).first(k * vocab_),
-                                              drafted, vocab_, target_rng_);
-    }
-    // What the acceptance test compared, for the round record (k lookups).
     p_drafted_.resize(k);
     q_drafted_.resize(k);
-    const bool have_q = proposal == Proposal::sampled && q_.size() >= k * vocab_;
-    for (std::size_t i = 0; i < k; ++i) {
-      const auto x = static_cast<std::size_t>(drafted[i]);
-      p_drafted_[i] = p_[i * vocab_ + x];
-      q_drafted_[i] = have_q ? q_[i * vocab_ + x] : 1.0f;  // a point mass otherwise
+    sampling::VerifyResult verdict{};
+    if (params_.greedy()) {
+      verdict = verify_greedy(target, drafted, position);
+    } else {
+      verdict = verify_sampled(target, drafted, proposal, position);
     }
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return RoundVerdict{verdict.accepted, verdict.next, drafted, p_drafted_, q_drafted_};
@@ -280,24 +271,116 @@ class HostSampler {
 
   double take_seconds() { return std::exchange(seconds_, 0.0); }
 
-  /// The distributions of the last round: q (draft rows kept) and p (target rows).
+  /// The distributions of the last round: q (the draft rows kept; not written when greedy) and
+  /// p (the target rows; only the entries the last verification read are current).
   [[nodiscard]] std::span<const float> q_rows() const { return q_; }
   [[nodiscard]] std::span<const float> p_rows() const { return p_; }
   [[nodiscard]] const sampling::SamplingParams& params() const { return params_; }
 
  private:
-  /// Processes a draft row into q_slot and draws x from it (the draft stream; greedy: argmax).
+  /// Draws x from a draft row (the draft stream; greedy: the argmax of the logits, and the
+  /// one-hot q is not written). Sampled: the processed row is kept in q_ for the residual.
   void draw(std::span<const float> row, std::size_t position) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t slot = tokens_.size() - 1;
     q_.resize((slot + 1) * vocab_);
-    const std::span<float> q(q_.data() + slot * vocab_, vocab_);
-    process(row, q, "draft model", position);
-    const token_t x = params_.greedy()
-                          ? static_cast<token_t>(sampling::argmax<float>(std::span<const float>(q)))
-                          : sampling::sample_from<float>(q, draft_rng_.next());
+    token_t x = 0;
+    if (params_.greedy()) {
+      x = static_cast<token_t>(argmax_of(row, "draft model", position));
+    } else {
+      const std::span<float> q(q_.data() + slot * vocab_, vocab_);
+      process(row, q, "draft model", position);
+      x = sampling::sample_from<float>(q, draft_rng_.next());
+    }
     tokens_.push_back(x);
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  /// The first maximum of a row of logits; a NaN or infinity is reported naming the model and
+  /// the position.
+  static std::size_t argmax_of(std::span<const float> row, std::string_view model,
+                               std::size_t position) {
+    const sampling::detail::LogitScan scan = sampling::detail::scan_logits(row.data(), row.size());
+    if (scan.bad < row.size()) detail::throw_bad_logit(model, position, scan.bad, row[scan.bad]);
+    return scan.argmax;
+  }
+
+  /// Greedy: p_i is the one-hot at the argmax of row i, so p(x_i) = [x_i == argmax] and
+  /// q(x_i) = 1 (a greedy draft drew the argmax; a point mass is 1). The decision is the sampling
+  /// core's greedy loop on the argmaxes found here.
+  sampling::VerifyResult verify_greedy(const LogitsView& target, std::span<const token_t> drafted,
+                                       std::size_t position) {
+    const std::size_t k = drafted.size();
+    argmax_.resize(k + 1);
+    for (std::size_t r = 0; r <= k; ++r)
+      argmax_[r] = argmax_of(target.row(r), "target model", position + r);
+    for (std::size_t i = 0; i < k; ++i) {
+      p_drafted_[i] = static_cast<std::size_t>(drafted[i]) == argmax_[i] ? 1.0f : 0.0f;
+      q_drafted_[i] = 1.0f;
+    }
+    const float* rows = target.row(0).data();
+    const auto scan = [&](const float* row) {
+      return sampling::GreedyScan{argmax_[static_cast<std::size_t>(row - rows) / vocab_], vocab_,
+                                  0.0};
+    };
+    const sampling::VerifyOutcome out =
+        sampling::verify_greedy_loop(rows, drafted.data(), k, vocab_, scan);
+    sampling::throw_if_error(out, "HostSampler::verify");
+    return {out.accepted, out.next};
+  }
+
+  /// Sampled (temperature > 0), see verify().
+  sampling::VerifyResult verify_sampled(const LogitsView& target, std::span<const token_t> drafted,
+                                        Proposal proposal, std::size_t position) {
+    const std::size_t k = drafted.size();
+    const bool have_q = proposal == Proposal::sampled && k > 0;
+    if (have_q && q_.size() < k * vocab_)
+      throw Error("HostSampler::verify: " + std::to_string(k) + " sampled drafts, but only " +
+                  std::to_string(q_.size() / vocab_) + " draft rows were kept");
+    p_.resize((k + 1) * vocab_);
+    work_.resize(vocab_);
+    // p(x_i), q(x_i) of every drafted token (the record), and the first rejection n: the
+    // acceptance test of the core with the uniforms verify_chain will draw.
+    const sampling::PhiloxUniforms uniforms{target_rng_.seed(), target_rng_.stream(),
+                                            target_rng_.counter()};
+    std::size_t rejected = k;
+    for (std::size_t i = 0; i < k; ++i) {
+      const auto x = static_cast<std::size_t>(drafted[i]);
+      const auto row = plan(target.row(i), "target model", position + i);
+      const float p_x = row.prob(x);
+      const float q_x = have_q ? q_[i * vocab_ + x] : 1.0f;  // a point mass otherwise
+      p_drafted_[i] = p_x;
+      q_drafted_[i] = q_x;
+      p_[i * vocab_ + x] = p_x;
+      if (rejected == k && !sampling::accept_draft(uniforms(i), p_x, q_x)) {
+        rejected = i;
+        row.materialise(std::span<float>(p_.data() + i * vocab_, vocab_));
+      }
+    }
+    if (rejected == k) {
+      plan(target.row(k), "target model", position + k)
+          .materialise(std::span<float>(p_.data() + k * vocab_, vocab_));
+    }
+    const std::span<const float> p(p_);
+    const sampling::VerifyResult verdict =
+        have_q ? sampling::verify_chain<float>(p, std::span<const float>(q_).first(k * vocab_),
+                                               drafted, vocab_, target_rng_)
+               : sampling::verify_chain_onehot<float>(p, drafted, vocab_, target_rng_);
+    if (verdict.accepted != rejected)  // the same test on the same values: cannot differ
+      throw Error("HostSampler::verify: internal error, the acceptance decisions disagree");
+    return verdict;
+  }
+
+  /// The ProcessedRow of a target row; a NaN or infinity is reported naming the model and the
+  /// position.
+  sampling::ProcessedRow<float> plan(std::span<const float> row, std::string_view model,
+                                     std::size_t position) {
+    try {
+      return sampling::plan_processing<float>(row, params_, std::span<float>(work_));
+    } catch (const Error&) {
+      detail::check_finite_logits(row, model, position);
+      throw;
+    }
   }
 
   /// process_logits, whose own check of the logits (it throws on a NaN or infinity) is
@@ -326,6 +409,8 @@ class HostSampler {
   std::vector<float> q_;         // [k][V]: processed draft rows (Proposal::sampled)
   std::vector<float> p_;         // [k + 1][V]: processed target rows of the last verify
   std::vector<float> p_drafted_, q_drafted_;  // [k]: p(x_i), q(x_i) of the last verify
+  std::vector<std::size_t> argmax_;           // [k + 1]: argmax of each target row (greedy)
+  std::vector<float> work_;                   // [V]: scratch of the target rows' plans (top-p)
   double seconds_ = 0;
 };
 

@@ -24,13 +24,16 @@
 // index wins ties). The filters never remove the argmax, so greedy ignores them.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <limits>
-#include <numeric>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "specdec/common.hpp"
@@ -75,12 +78,6 @@ SPECDEC_HD inline Real tempered_logit(float logit, float temperature) {
   return static_cast<Real>(logit) / static_cast<Real>(temperature);
 }
 
-/// The unnormalised softmax weight exp(s - s_max) in (0, 1] (the max has weight exactly 1).
-template <class Real>
-SPECDEC_HD inline Real softmax_weight(Real s, Real s_max) {
-  return std::exp(s - s_max);
-}
-
 /// Index of the largest of row[0 .. n-1]; the lowest index wins ties. n > 0.
 template <class T>
 SPECDEC_HD inline std::size_t argmax_row(const T* row, std::size_t n) {
@@ -99,6 +96,437 @@ std::size_t argmax(std::span<const T> values) {
 }
 
 // ------------------------------------------------------------------ host processing
+//
+// A processed row is described by a ProcessedRow: the row's max tempered logit, the filters'
+// thresholds and the total weight of the kept tokens. From it, any entry of the distribution is
+// one division and one exp away (prob(i)), and the whole row is one pass (materialise). So a
+// caller that needs only p(x) (an accepted drafted token) reads the logits twice (max, total)
+// and writes nothing, and one that needs the row gets, bit for bit, the same p(x).
+//
+// Cost on a row of V logits (no sort of the vocabulary):
+//   scan       finite check + argmax (first max wins), vectorised;        1 read of V floats
+//   top-k      the k-th largest logit by a running-threshold selection:   1 read, k-sized sorts
+//   top-p      the weights (stored), their total, then the nucleus:       1 read + 1 write, then
+//              the tokens that can be in it are bucketed by weight and only the buckets that
+//              reach top_p are sorted (the exact walk of a full sort, on a prefix of its order);
+//   total      the kept weights' sum (fused with the weights when no top-p/min-p); 1 read
+//   materialise probs = weight / total (full rows only);                   1 read + 1 write.
+// Float rows use 4-wide GNU vectors and a polynomial exp (detail::exp_nonpositive) whose scalar
+// form is the vector code on a broadcast value, so a lazily computed entry equals the
+// materialised one exactly. Double rows (the exhaustive tests) use std::exp, scalar.
+
+namespace detail {
+
+// SPECDEC_SAMPLING_SIMD: host builds with GNU vector extensions (GCC, Clang) run the row passes
+// with 16-byte vectors (SSE2 / NEON baseline, no -march needed); nvcc and other compilers run
+// the scalar loops. Define it to 0 to force the scalar loops. (verify.hpp's sums use it too.)
+#if !defined(SPECDEC_SAMPLING_SIMD)
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define SPECDEC_SAMPLING_SIMD 1
+#else
+#define SPECDEC_SAMPLING_SIMD 0
+#endif
+#endif
+
+/// Lanes of the double-precision row totals: entry i is added to lane i % 4, in index order,
+/// and the lanes are combined as (l0 + l1) + (l2 + l3). One association for every path.
+inline constexpr std::size_t kTotalLanes = 4;
+
+inline double combine_total_lanes(const double* lane) {
+  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+}
+
+#if SPECDEC_SAMPLING_SIMD
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef std::int32_t i32x4 __attribute__((vector_size(16)));
+typedef double f64x2 __attribute__((vector_size(16)));
+
+inline f32x4 load4(const float* p) {
+  f32x4 v;
+  std::memcpy(&v, p, sizeof v);  // unaligned load
+  return v;
+}
+inline void store4(float* p, f32x4 v) { std::memcpy(p, &v, sizeof v); }
+inline bool any_lane(i32x4 m) { return (m[0] | m[1] | m[2] | m[3]) != 0; }
+inline f32x4 select(i32x4 m, f32x4 a, f32x4 b) {
+  return reinterpret_cast<f32x4>((reinterpret_cast<i32x4>(a) & m) |
+                                 (reinterpret_cast<i32x4>(b) & ~m));
+}
+
+/// exp(x) for x <= 0 (the softmax weights exp(s - s_max)), 4 lanes. Cody-Waite reduction
+/// x = n ln2 + r, |r| <= ln2 / 2, the Cephes degree-6 polynomial for e^r (about 1 ulp), then
+/// 2^n applied as two exact power-of-two factors so that the result underflows into the
+/// subnormals as std::exp does; x < -104 (below the smallest subnormal) gives 0. Only +, *,
+/// conversions and selects: the same bits on every run and for every lane.
+inline f32x4 exp_nonpositive(f32x4 x) {
+  const f32x4 zero = {};
+  const i32x4 underflow = x < -104.0f;
+  x = select(underflow, zero - 104.0f, x);
+  // n = round(x / ln2) by the 1.5 * 2^23 trick (|x / ln2| < 2^22; round to nearest even).
+  const f32x4 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const f32x4 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  f32x4 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const f32x4 y = (p * (r * r) + r) + 1.0f;
+  const i32x4 ni = __builtin_convertvector(n, i32x4);  // exact: n is an integer
+  const i32x4 n1 = ni >> 1;                            // floor(n / 2) >= -75
+  const i32x4 n2 = ni - n1;                            // >= -75
+  const f32x4 scale1 = reinterpret_cast<f32x4>((n1 + 127) << 23);
+  const f32x4 scale2 = reinterpret_cast<f32x4>((n2 + 127) << 23);
+  return select(underflow, zero, (y * scale1) * scale2);
+}
+#endif
+
+/// First non-finite entry (`bad`, == n when none) and first maximum (`argmax`) of a row of
+/// logits.
+struct LogitScan {
+  std::size_t argmax = 0;
+  std::size_t bad = 0;
+};
+
+inline LogitScan scan_logits(const float* row, std::size_t n) {
+  // Pass 1: the maximum value and whether every entry is finite (x - x is 0 for finite x, NaN
+  // otherwise, and a NaN survives the sums); 4 independent vector chains. Pass 2: the first
+  // index holding the maximum (stops there).
+  float best = row[0];
+  bool bad = false;
+  std::size_t i = 0;
+#if SPECDEC_SAMPLING_SIMD
+  if (n >= 16) {
+    const std::size_t body = n - n % 16;
+    f32x4 m[4];
+    f32x4 z[4];
+    for (int c = 0; c < 4; ++c) {
+      m[c] = load4(row + 4 * c);
+      z[c] = m[c] - m[c];
+    }
+    for (i = 16; i < body; i += 16) {
+      for (int c = 0; c < 4; ++c) {
+        const f32x4 v = load4(row + i + 4 * static_cast<std::size_t>(c));
+        z[c] += v - v;
+        m[c] = select(v > m[c], v, m[c]);
+      }
+    }
+    const f32x4 zero = {};
+    bad = any_lane((z[0] + z[1] + z[2] + z[3]) != zero);
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 4; ++l) best = m[c][l] > best ? m[c][l] : best;
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    bad |= row[i] - row[i] != 0.0f;
+    if (row[i] > best) best = row[i];
+  }
+  if (bad) {
+    std::size_t first_bad = 0;
+    while (first_bad + 1 < n && row[first_bad] - row[first_bad] == 0.0f) ++first_bad;
+    return {0, first_bad};
+  }
+  std::size_t first = 0;
+#if SPECDEC_SAMPLING_SIMD
+  const std::size_t body4 = n - n % 4;
+  while (first < body4 && !any_lane(load4(row + first) == best)) first += 4;
+#endif
+  while (first + 1 < n && !(row[first] == best)) ++first;
+  return {first, n};
+}
+
+/// The k-th largest (1-based, 1 <= k <= n) of row[0 .. n), exactly what std::nth_element finds
+/// on a copy, with one read of the row. Entries >= a running threshold are kept in `buffer`;
+/// whenever it fills up it is cut to its k largest, and the threshold rises to the k-th of
+/// them. The threshold never exceeds the row's k-th largest, so every entry >= that one is
+/// still in the buffer at the end.
+inline float kth_largest(const float* row, std::size_t n, std::size_t k,
+                         std::vector<float>& buffer) {
+  std::size_t capacity = std::max<std::size_t>(4096, 4 * k);
+  buffer.clear();
+  buffer.reserve(capacity + 4);
+  float threshold = -std::numeric_limits<float>::infinity();
+  const auto kth_of_buffer = [&] {
+    std::nth_element(buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(k - 1),
+                     buffer.end(), std::greater<float>());
+    return buffer[k - 1];
+  };
+  const auto shrink = [&] {
+    threshold = kth_of_buffer();
+    std::erase_if(buffer, [&](float v) { return v < threshold; });
+    if (buffer.size() > capacity / 2) capacity *= 2;  // many ties at the threshold
+  };
+  std::size_t i = 0;
+#if SPECDEC_SAMPLING_SIMD
+  const std::size_t body = n - n % 4;
+  for (; i < body; i += 4) {
+    const f32x4 v = load4(row + i);
+    const i32x4 keep = v >= threshold;
+    if (!any_lane(keep)) continue;
+    for (int l = 0; l < 4; ++l) {
+      if (keep[l] != 0) buffer.push_back(v[l]);
+    }
+    if (buffer.size() >= capacity) shrink();
+  }
+#endif
+  for (; i < n; ++i) {
+    if (row[i] >= threshold) buffer.push_back(row[i]);
+    if (buffer.size() >= capacity) shrink();
+  }
+  return kth_of_buffer();
+}
+
+}  // namespace detail
+
+/// A row of logits processed under SamplingParams, without the distribution written out (see
+/// above). plan() does the work; prob(i) and materialise() read the logits again.
+template <class Real>
+class ProcessedRow {
+ public:
+  /// Plans the processing of `logits` (V > 0 entries, all finite: check with
+  /// detail::scan_logits first) under the non-greedy `params`. `work` (V entries) receives the
+  /// kept weights, which materialise() scales.
+  static ProcessedRow plan(std::span<const float> logits, const SamplingParams& params,
+                           std::size_t argmax, std::span<Real> work) {
+    ProcessedRow row;
+    const std::size_t vocab = logits.size();
+    row.logits_ = logits.data();
+    row.vocab_ = vocab;
+    row.temperature_ = params.temperature;
+    // 1. temperature: division by T > 0 is monotone, so the max of s is s at the logits' argmax.
+    row.s_max_ = tempered_logit<Real>(logits[argmax], params.temperature);
+
+    // 2. top-k: the k-th largest s is s of the k-th largest logit (monotone again).
+    const auto top_k = static_cast<std::size_t>(params.top_k);
+    if (top_k > 0 && top_k < vocab) {
+      std::vector<float> buffer;
+      row.s_floor_ = tempered_logit<Real>(detail::kth_largest(logits.data(), vocab, top_k, buffer),
+                                          params.temperature);
+    }
+
+    // 3. top-p on the weights of what top-k kept.
+    if (params.top_p < 1.0f) {
+      const double total = row.pass(work.data());
+      row.choose_nucleus(work, total, static_cast<double>(params.top_p));
+    }
+
+    // 4. min-p relative to the largest weight (1: the argmax is always kept).
+    if (params.min_p > 0.0f) {
+      row.min_p_on_ = true;
+      row.w_min_ = static_cast<Real>(params.min_p);
+    }
+
+    // 5. the kept weights' total (>= 1: the argmax has weight 1), the weights kept in work.
+    row.total_ = row.pass(work.data());
+    row.weights_ = work.data();
+    row.scale_ = 1.0 / row.total_;
+    return row;
+  }
+
+  /// The processed probability of token i: bit for bit the entry materialise() writes.
+  [[nodiscard]] Real prob(std::size_t i) const {
+    return static_cast<Real>(static_cast<double>(weight(i)) * scale_);
+  }
+
+  /// probs (V entries, may be `work` itself) = the whole processed distribution, from the
+  /// weights that plan() left in `work` (so: before `work` is reused).
+  void materialise(std::span<Real> probs) const {
+    for (std::size_t i = 0; i < vocab_; ++i)
+      probs[i] = static_cast<Real>(static_cast<double>(weights_[i]) * scale_);
+  }
+
+  /// The kept tokens' total weight (the normaliser).
+  [[nodiscard]] double total() const { return total_; }
+
+ private:
+  /// The weight of token i after the filters planned so far: exp(s_i - s_max) or 0.
+  [[nodiscard]] Real weight(std::size_t i) const {
+#if SPECDEC_SAMPLING_SIMD
+    if constexpr (std::is_same_v<Real, float>) {
+      // The vector code on a broadcast logit: the same bits as lane i % 4 of pass().
+      const float l = logits_[i];
+      const detail::f32x4 v = {l, l, l, l};
+      const auto idx = static_cast<std::int32_t>(i);
+      const detail::i32x4 index = {idx, idx, idx, idx};
+      return weights(v, index)[0];
+    }
+#endif
+    const Real s = tempered_logit<Real>(logits_[i], temperature_);
+    if (!(s >= s_floor_)) return Real(0);
+    const Real w = std::exp(s - s_max_);
+    if (nucleus_on_ && !(w > w_boundary_ || (w == w_boundary_ && i <= last_tie_))) return Real(0);
+    if (min_p_on_ && w < w_min_) return Real(0);
+    return w;
+  }
+
+#if SPECDEC_SAMPLING_SIMD
+  /// weight() for the 4 tokens `index` whose logits are v.
+  [[nodiscard]] detail::f32x4 weights(
+      detail::f32x4 v, detail::i32x4 index) const requires std::is_same_v<Real, float> {
+    const detail::f32x4 s = v / temperature_;  // tempered_logit<float>, lane by lane
+    detail::i32x4 keep = s >= s_floor_;
+    const detail::f32x4 w = detail::exp_nonpositive(s - s_max_);
+    if (nucleus_on_) {
+      keep &= (w > w_boundary_) |
+              ((w == w_boundary_) & (index <= static_cast<std::int32_t>(last_tie_)));
+    }
+    if (min_p_on_) keep &= w >= w_min_;
+    const detail::f32x4 zero = {};
+    return detail::select(keep, w, zero);
+  }
+#endif
+
+  /// One pass over the row: the total of the weights (the fixed lane order of
+  /// detail::kTotalLanes); with `weights_out`, the weights are stored there.
+  double pass(Real* weights_out) const {
+    double lane[detail::kTotalLanes] = {0, 0, 0, 0};
+    std::size_t i = 0;
+#if SPECDEC_SAMPLING_SIMD
+    if constexpr (std::is_same_v<Real, float>) {
+      detail::f64x2 acc01 = {0, 0};
+      detail::f64x2 acc23 = {0, 0};
+      detail::i32x4 index = {0, 1, 2, 3};
+      const std::size_t body = vocab_ - vocab_ % 4;
+      for (; i < body; i += 4, index += 4) {
+        const detail::f32x4 w = weights(detail::load4(logits_ + i), index);
+        const detail::f64x2 lo = {static_cast<double>(w[0]), static_cast<double>(w[1])};
+        const detail::f64x2 hi = {static_cast<double>(w[2]), static_cast<double>(w[3])};
+        acc01 += lo;
+        acc23 += hi;
+        if (weights_out != nullptr) detail::store4(weights_out + i, w);
+      }
+      lane[0] = acc01[0];
+      lane[1] = acc01[1];
+      lane[2] = acc23[0];
+      lane[3] = acc23[1];
+    }
+#endif
+    for (; i < vocab_; ++i) {
+      const Real w = weight(i);
+      lane[i % detail::kTotalLanes] += static_cast<double>(w);
+      if (weights_out != nullptr) weights_out[i] = w;
+    }
+    return detail::combine_total_lanes(lane);
+  }
+
+  /// Top-p: the smallest prefix of the tokens sorted by weight (descending, lower index first
+  /// on ties) whose mass reaches top_p * total, found without sorting the row. w = the weights.
+  void choose_nucleus(std::span<const Real> w, double total, double top_p) {
+    // A token with weight < (1 - top_p) / V * total can never be in the nucleus: everything
+    // ranked at or below it has mass < (1 - top_p) * total. Only the others are candidates.
+    const double cut = (1.0 - top_p) / static_cast<double>(vocab_) * total;
+    const double need = top_p * total;
+    std::vector<std::uint32_t> candidates;
+    std::size_t i = 0;
+#if SPECDEC_SAMPLING_SIMD
+    if constexpr (std::is_same_v<Real, float>) {
+      // cut as a float threshold that admits every w with double(w) >= cut (and perhaps a few
+      // more, filtered exactly below).
+      const auto cut_f = std::nextafter(static_cast<float>(cut), 0.0f);
+      const std::size_t body = vocab_ - vocab_ % 4;
+      for (; i < body; i += 4) {
+        const detail::f32x4 v = detail::load4(w.data() + i);
+        if (!detail::any_lane(v >= cut_f)) continue;
+        for (std::size_t l = 0; l < 4; ++l) {
+          if (static_cast<double>(v[l]) >= cut && v[l] > 0.0f)
+            candidates.push_back(static_cast<std::uint32_t>(i + l));
+        }
+      }
+    }
+#endif
+    for (; i < vocab_; ++i) {
+      if (static_cast<double>(w[i]) >= cut && w[i] > Real(0))
+        candidates.push_back(static_cast<std::uint32_t>(i));
+    }
+
+    // Bucket the candidates' mass by the top bits of their weight (as a float: exponent and 4
+    // mantissa bits, monotone in w), and take the highest buckets whose mass reaches `need`
+    // with a margin far above the rounding of these sums. Those candidates are a prefix of the
+    // sorted order: only they are sorted.
+    constexpr std::size_t kBuckets = 0x800;  // float bits >> 19 of a weight in (0, 1]
+    const auto bucket = [](Real x) {
+      return std::min<std::size_t>(std::bit_cast<std::uint32_t>(static_cast<float>(x)) >> 19,
+                                   kBuckets - 1);
+    };
+    std::vector<double> mass(kBuckets, 0.0);
+    for (const std::uint32_t c : candidates) mass[bucket(w[c])] += static_cast<double>(w[c]);
+    std::size_t lowest = 0;  // the lowest bucket sorted
+    double above = 0;
+    for (std::size_t b = kBuckets; b-- > 0;) {
+      above += mass[b];
+      if (above >= need * (1.0 + 1e-9)) {
+        lowest = b;
+        break;
+      }
+    }
+    const auto by_rank = [&](std::uint32_t a, std::uint32_t b) {
+      return w[a] != w[b] ? w[a] > w[b] : a < b;
+    };
+    // The walk of the full sort: keep a token while the mass ranked before it is < need.
+    const auto walk = [&](std::span<std::uint32_t> prefix) {
+      std::sort(prefix.begin(), prefix.end(), by_rank);
+      double before = 0;
+      for (const std::uint32_t c : prefix) {
+        if (!(before < need)) return true;  // the nucleus ended inside the prefix
+        before += static_cast<double>(w[c]);
+        w_boundary_ = w[c];
+        last_tie_ = c;
+      }
+      return false;
+    };
+    const auto split = std::partition(candidates.begin(), candidates.end(),
+                                      [&](std::uint32_t c) { return bucket(w[c]) >= lowest; });
+    const std::span<std::uint32_t> prefix(candidates.begin(), split);
+    if (!walk(prefix) && prefix.size() < candidates.size()) {
+      (void)walk(candidates);  // never expected (the margin); the full sort is always right
+    }
+    nucleus_on_ = true;
+  }
+
+  const float* logits_ = nullptr;
+  const Real* weights_ = nullptr;  // [V]: the kept weights (plan's `work`)
+  std::size_t vocab_ = 0;
+  float temperature_ = 1.0f;
+  Real s_max_ = 0;
+  Real s_floor_ = -std::numeric_limits<Real>::infinity();  // top-k: kept iff s >= s_floor
+  bool nucleus_on_ = false;  // top-p: kept iff (w, index) ranks at or before (w_boundary, last_tie)
+  Real w_boundary_ = 0;
+  std::size_t last_tie_ = 0;
+  bool min_p_on_ = false;  // min-p: kept iff w >= w_min
+  Real w_min_ = 0;
+  double total_ = 1;
+  double scale_ = 1;
+};
+
+namespace detail {
+
+/// Throws the error of process_logits for logits[bad].
+[[noreturn]] inline void throw_bad_logit_entry(std::span<const float> logits, std::size_t bad) {
+  throw Error("process_logits: logits[" + std::to_string(bad) + "] is " +
+              (std::isnan(logits[bad]) ? "NaN" : (logits[bad] > 0 ? "+inf" : "-inf")));
+}
+
+/// The checks of process_logits and the scan every processing starts with.
+inline LogitScan checked_scan(std::span<const float> logits, const SamplingParams& params) {
+  validate(params);
+  if (logits.empty()) throw Error("process_logits: empty logits (vocabulary size 0)");
+  const LogitScan scan = scan_logits(logits.data(), logits.size());
+  if (scan.bad < logits.size()) throw_bad_logit_entry(logits, scan.bad);
+  return scan;
+}
+
+}  // namespace detail
+
+/// The ProcessedRow of `logits` (non-greedy params), after the checks of process_logits.
+/// `work`: V entries of scratch (used by top-p).
+template <class Real>
+ProcessedRow<Real> plan_processing(std::span<const float> logits, const SamplingParams& params,
+                                   std::span<Real> work) {
+  const detail::LogitScan scan = detail::checked_scan(logits, params);
+  if (params.greedy()) throw Error("plan_processing: greedy rows are an argmax, not a plan");
+  if (work.size() != logits.size()) throw Error("plan_processing: work must have V entries");
+  return ProcessedRow<Real>::plan(logits, params, scan.argmax, work);
+}
 
 /// probs = processed distribution of `logits` under `params` (see the top of this file).
 /// logits and probs have the vocabulary size V > 0. Throws specdec::Error on NaN or infinite
@@ -106,97 +534,18 @@ std::size_t argmax(std::span<const T> values) {
 template <class Real>
 void process_logits(std::span<const float> logits, const SamplingParams& params,
                     std::span<Real> probs) {
-  validate(params);
-  const std::size_t vocab = logits.size();
-  if (vocab == 0) throw Error("process_logits: empty logits (vocabulary size 0)");
-  if (probs.size() != vocab) {
-    throw Error("process_logits: logits has " + std::to_string(vocab) + " entries but probs has " +
-                std::to_string(probs.size()));
+  const detail::LogitScan scan = detail::checked_scan(logits, params);
+  if (probs.size() != logits.size()) {
+    throw Error("process_logits: logits has " + std::to_string(logits.size()) +
+                " entries but probs has " + std::to_string(probs.size()));
   }
-  for (std::size_t i = 0; i < vocab; ++i) {
-    if (!std::isfinite(logits[i])) {
-      throw Error("process_logits: logits[" + std::to_string(i) + "] is " +
-                  (std::isnan(logits[i]) ? "NaN" : (logits[i] > 0 ? "+inf" : "-inf")));
-    }
-  }
-
   if (params.greedy()) {
     std::fill(probs.begin(), probs.end(), Real(0));
-    probs[argmax(logits)] = Real(1);
+    probs[scan.argmax] = Real(1);
     return;
   }
-
-  // 1. temperature: probs holds s_i for now.
-  for (std::size_t i = 0; i < vocab; ++i)
-    probs[i] = tempered_logit<Real>(logits[i], params.temperature);
-  const Real s_max = probs[argmax_row(probs.data(), vocab)];
-
-  // kept[i]: token i survives the filters so far.
-  std::vector<unsigned char> kept(vocab, 1);
-
-  // 2. top-k on the tempered logits: the k-th largest value is the threshold.
-  const auto top_k = static_cast<std::size_t>(params.top_k);
-  if (top_k > 0 && top_k < vocab) {
-    std::vector<Real> sorted(probs.begin(), probs.end());
-    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(top_k - 1),
-                     sorted.end(), [](Real a, Real b) { return a > b; });
-    const Real kth = sorted[top_k - 1];
-    for (std::size_t i = 0; i < vocab; ++i) kept[i] = probs[i] >= kth;
-  }
-
-  // Softmax weights of the kept tokens (the others become 0); w(argmax) = 1.
-  double total = 0;
-  for (std::size_t i = 0; i < vocab; ++i) {
-    probs[i] = kept[i] ? softmax_weight(probs[i], s_max) : Real(0);
-    total += static_cast<double>(probs[i]);
-  }
-
-  // 3. top-p. A token with probability < (1 - top_p) / V can never be in the nucleus: everything
-  // ranked at or below it has mass < 1 - top_p, so the mass before it is > top_p. Only the other
-  // tokens are sorted, which for peaked LM distributions is a small fraction of V.
-  if (params.top_p < 1.0f) {
-    const double cut =
-        (1.0 - static_cast<double>(params.top_p)) / static_cast<double>(vocab) * total;
-    std::vector<std::uint32_t> order;
-    for (std::size_t i = 0; i < vocab; ++i) {
-      if (static_cast<double>(probs[i]) >= cut && probs[i] > Real(0)) {
-        order.push_back(static_cast<std::uint32_t>(i));
-      } else {
-        kept[i] = 0;
-      }
-    }
-    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
-      return probs[a] != probs[b] ? probs[a] > probs[b] : a < b;
-    });
-    const double need = static_cast<double>(params.top_p) * total;
-    double before = 0;  // unnormalised mass of the tokens ranked before the current one
-    for (const std::uint32_t i : order) {
-      if (before < need) {
-        before += static_cast<double>(probs[i]);
-      } else {
-        kept[i] = 0;
-      }
-    }
-  }
-
-  // 4. min-p relative to the largest probability (weight 1: the argmax is always kept).
-  if (params.min_p > 0.0f) {
-    const auto threshold = static_cast<Real>(params.min_p);
-    for (std::size_t i = 0; i < vocab; ++i) {
-      if (probs[i] < threshold) kept[i] = 0;
-    }
-  }
-
-  // 5. renormalise over the kept tokens.
-  total = 0;
-  for (std::size_t i = 0; i < vocab; ++i) {
-    if (!kept[i]) probs[i] = Real(0);
-    total += static_cast<double>(probs[i]);
-  }
-  const double scale = 1.0 / total;  // total >= 1: the argmax has weight 1
-  for (std::size_t i = 0; i < vocab; ++i) {
-    probs[i] = static_cast<Real>(static_cast<double>(probs[i]) * scale);
-  }
+  // probs doubles as the plan's scratch: materialise() overwrites it.
+  ProcessedRow<Real>::plan(logits, params, scan.argmax, probs).materialise(probs);
 }
 
 /// Convenience: the processed distribution as a new vector.

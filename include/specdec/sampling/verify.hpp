@@ -128,16 +128,8 @@ SPECDEC_HD inline Real positive_part(Real d) {
   return d > Real(0) ? d : Real(0);
 }
 
-// SPECDEC_SAMPLING_SIMD: host builds with GNU vector extensions (GCC, Clang) run the lane order
-// with 16-byte vectors (SSE2 / NEON baseline, no -march needed); nvcc and other compilers run the
-// scalar loops. Define it to 0 to force the scalar loops.
-#if !defined(SPECDEC_SAMPLING_SIMD)
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
-#define SPECDEC_SAMPLING_SIMD 1
-#else
-#define SPECDEC_SAMPLING_SIMD 0
-#endif
-#endif
+// SPECDEC_SAMPLING_SIMD (process.hpp): host builds with GNU vector extensions run the lane order
+// with 16-byte vectors; nvcc and other compilers run the scalar loops.
 
 #if SPECDEC_SAMPLING_SIMD
 /// 16-byte GNU vectors of Real and the matching comparison masks; kCount of them hold 8 lanes.
