@@ -20,8 +20,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def short(config: str) -> str:
-    """'draft model k=4' -> 'model\\nk=4', 'n-gram (n<=3) adaptive k' -> 'n-gram\\nadaptive'."""
+    """'draft model k=4' -> 'model\\nk=4', 'n-gram (n<=3) adaptive k' -> 'n-gram\\nadaptive',
+    'draft model (head 32768) k=4' -> 'model/32768\\nk=4', 'n-gram (n=2..3) + draft model k=4'
+    -> 'n-gram+model\\nk=4'."""
     kind = "model" if config.startswith("draft model") else "n-gram"
+    if "+ draft model" in config:
+        kind = "n-gram+model"
+    if "(head " in config:
+        kind += "/" + config.split("(head ")[1].split(")")[0]
     k = config.split()[-1] if "adaptive" not in config else "adaptive"
     return f"{kind}\n{k}"
 
@@ -29,16 +35,23 @@ def short(config: str) -> str:
 def markdown(data: dict) -> str:
     """One row per temperature, domain and configuration, with the cost model's terms."""
     lines = [
-        "| temp | domain | config | tok/s | speedup | acceptance | tokens/round | verify cost | draft cost |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "| temp | domain | config | tok/s | speedup (range) | predicted | acceptance | tokens/round "
+        "| verify cost | draft cost | ms/round: draft / verify / sampling / all |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in data["results"]:
         base = r["drafter"] == "none"
+        runs = r.get("speedup_runs", [r["speedup"]])
+        model = r["drafter"] in ("model", "ngram+model")
+        split = (f"{r['ms_draft']:.1f} / {r['ms_verify']:.1f} / {r['ms_sampling']:.1f} / {r['ms_per_round']:.1f}"
+                 if "ms_per_round" in r else "-")
         lines.append(
-            f"| {r['temperature']:g} | {r['domain']} | {r['config']} | {r['tokens_per_second']:.0f} "
-            f"| {r['speedup']:.2f}x | {'-' if base else format(r['acceptance_rate'], '.3f')} "
+            f"| {r['temperature']:g} | {r['domain']} | {r['config']} | {r['tokens_per_second']:.1f} "
+            f"| {r['speedup']:.2f}x ({min(runs):.2f}-{max(runs):.2f}) "
+            f"| {'-' if base else format(r.get('predicted_speedup', float('nan')), '.2f') + 'x'} "
+            f"| {'-' if base else format(r['acceptance_rate'], '.3f')} "
             f"| {r['mean_tokens_per_round']:.2f} | {r.get('verify_cost', float('nan')):.2f} "
-            f"| {format(r.get('draft_cost', float('nan')), '.2f') if r['drafter'] == 'model' else '-'} |")
+            f"| {format(r.get('draft_cost', float('nan')), '.2f') if model else '-'} | {split} |")
     return "\n".join(lines)
 
 
@@ -54,7 +67,8 @@ def main() -> None:
     temperatures = sorted({r["temperature"] for r in rows})
     domains = [d for d in dict.fromkeys(r["domain"] for r in rows) if d != "all"] or ["all"]
     configs = list(dict.fromkeys(r["config"] for r in rows))
-    colours = {"code": "#1f77b4", "prose": "#ff7f0e", "all": "#2ca02c"}
+    colours = {"code": "#1f77b4", "prose": "#ff7f0e", "all": "#2ca02c", "completion": "#1f77b4",
+               "editing": "#d62728"}
 
     fig, axes = plt.subplots(len(temperatures), 2, figsize=(13, 3.6 * len(temperatures)), squeeze=False)
     width = 0.8 / len(domains)
