@@ -465,7 +465,7 @@ void add_bench(CLI::App& app) {
                 "--ngram and --draft; suffixes of at least 2 tokens)");
   cmd->add_option("--draft-head", o->draft_heads,
                   "draft output heads to run, e.g. 0,32768: the head restricted to the first N "
-                  "token ids (logits -inf elsewhere, exact), 0 = the whole head")
+                  "token ids (the others get probability 0; still exact), 0 = the whole head")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->capture_default_str();

@@ -172,7 +172,7 @@ struct Transformer::State {
   std::vector<float> output_norm;
   // A restricted head (Options::head_tokens): its rows [N][dim], in place for a prefix of the
   // vocabulary, else copied into head_rows; head_out [n][N] holds a step's logits before they
-  // are scattered into the full rows (-inf elsewhere). head_ids empty: the whole head.
+  // are scattered into the full rows (kMaskedLogit elsewhere). head_ids empty: the whole head.
   std::vector<token_t> head_ids;
   MatrixRef head;
   std::vector<std::byte> head_rows;  // [N][row bytes], only for a list that is not a prefix
@@ -661,7 +661,7 @@ void Transformer::step(std::span<const Segment> segments) {
              c.rms_norm_eps);
   s.pack(s.xn.data(), n, dim, {&s.output});
   if (!s.head_ids.empty()) {
-    // Restricted head: N rows of logits per token, scattered into rows of -inf.
+    // Restricted head: N rows of logits per token, scattered into rows of kMaskedLogit.
     const std::size_t rows = s.head.rows;
     s.head_out.resize(n * rows);
     project(s.head, s.head_out.data(), rows, [](std::size_t, std::size_t) {});
@@ -669,7 +669,7 @@ void Transformer::step(std::span<const Segment> segments) {
     for (const Segment& seg : segments)
       for (std::size_t j = 0; j < seg.tokens.size(); ++j, ++t) {
         float* row = seg.logits + j * c.vocab_size;
-        std::fill_n(row, c.vocab_size, -std::numeric_limits<float>::infinity());
+        std::fill_n(row, c.vocab_size, kMaskedLogit);
         for (std::size_t i = 0; i < rows; ++i)
           row[static_cast<std::size_t>(s.head_ids[i])] = s.head_out[t * rows + i];
       }

@@ -318,7 +318,7 @@ TEST_CASE("a draft restricted to a vocabulary subset keeps the target's law", "[
     return MockLM(kVocab, 64, [&draft_model, in_subset](std::span<const token_t> prefix) {
       std::vector<float> row = draft_model.logits(prefix);
       for (std::size_t i = 0; i < kVocab; ++i)
-        if (!in_subset[i]) row[i] = -std::numeric_limits<float>::infinity();
+        if (!in_subset[i]) row[i] = std::numeric_limits<float>::lowest();  // cpu::kMaskedLogit
       return row;
     });
   };
