@@ -149,7 +149,7 @@ struct DecodeSetup {
   std::size_t draft_head =
       0;  ///< the draft's head restricted to the first N ids (0: whole); a label
   /// Adaptive k: C(k) for k = 0 .. max_k, measured (cost_model.hpp); empty: the guessed cost.
-  std::vector<double> round_cost;
+  std::vector<double> round_cost{};
   std::size_t draft_min = 0;  ///< proposals shorter than this are not verified (--draft-min)
 
   [[nodiscard]] std::string label() const;  ///< "baseline", "draft model k=4", "n-gram adaptive k"

@@ -55,7 +55,7 @@ struct Options {
   /// and verification accepts with min(1, p/q) and resamples from norm(max(0, p - q)) as for any
   /// q. A contiguous prefix 0 .. N-1 reads the head's first N rows in place; any other list
   /// copies its rows once (N x row bytes). first_tokens(N) makes the prefix.
-  std::vector<token_t> head_tokens;
+  std::vector<token_t> head_tokens{};
 };
 
 /// The logit of a token outside Options::head_tokens: finite (the samplers refuse infinite

@@ -320,7 +320,7 @@ class AdaptiveDraftLength {
     double draft_cost = 0.25;  ///< c: cost of one more drafted token / cost of a target step
     /// C(k) for k = 0 .. max_k (at least max_k + 1 entries, finite, > 0): the time of a round
     /// drafting k tokens in target steps (C(0) = 1). Empty: C(k) = 1 + draft_cost k.
-    std::vector<double> round_cost;
+    std::vector<double> round_cost{};
     double decay = 0.8;          ///< weight of the previous counts at each round, in [0, 1)
     double prior_accepts = 1.0;  ///< pseudo-counts of the estimate
     double prior_rejects = 1.0;
