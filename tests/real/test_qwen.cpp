@@ -338,7 +338,7 @@ TEST_CASE("qwen official Q4_K_M: logits, greedy and speculative agree with the r
 // decoders' decode time is below target-only's (interleaved, the best of two runs each, both
 // threads; a slowdown here means a regression of several tens of percent, as the bench measures
 // 1.3-2x on these prompts: docs/benchmarks.md).
-TEST_CASE("qwen official Q4_K_M: every drafter's greedy output equals target-only, and pays",
+TEST_CASE("qwen official Q4_K_M: every drafter's greedy output equals target-only and pays",
           "[real-models]") {
   require_models();
   skip_under_sanitizer();
