@@ -32,6 +32,28 @@ def short(config: str) -> str:
     return f"{kind}\n{k}"
 
 
+def cost_table(data: dict) -> str:
+    """The forward times bench measured before decoding (T(n) of the target, one draft step per
+    --draft-head), as the cost model's table: C(k) = (T(k+1) + k D) / T(1)."""
+    t = data.get("target_forward_seconds")
+    if not t:
+        return ""
+    drafts = data.get("draft_step_seconds") or {}
+    if isinstance(drafts, list):  # a JSON map with integer keys: [[head, seconds], ...]
+        drafts = {str(h): v for h, v in drafts}
+    heads = sorted(drafts, key=int)
+    lines = [f"T(1) = {1e3 * t[0]:.1f} ms; "
+             + "; ".join(f"draft step{' (head ' + h + ')' if h != '0' else ''} D = {1e3 * drafts[h]:.1f} ms"
+                         f" = {drafts[h] / t[0]:.3f} T(1)" for h in heads),
+             "",
+             "| k | T(k+1)/T(1) | " + " | ".join(f"C(k), head {h if h != '0' else 'whole'}" for h in heads) + " |",
+             "|---:|---:|" + "---:|" * len(heads)]
+    for k in range(len(t)):
+        cs = " | ".join(f"{(t[k] + k * drafts[h]) / t[0]:.2f}" for h in heads)
+        lines.append(f"| {k} | {t[k] / t[0]:.2f} | {cs} |")
+    return "\n".join(lines)
+
+
 def markdown(data: dict) -> str:
     """One row per temperature, domain and configuration, with the cost model's terms."""
     lines = [
@@ -100,6 +122,9 @@ def main() -> None:
     fig.tight_layout()
     fig.savefig(args.out_png, dpi=110)
     if args.markdown:
+        costs = cost_table(data)
+        if costs:
+            print(costs + "\n")
         print(markdown(data))
 
 
