@@ -21,13 +21,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def short(config: str) -> str:
     """'draft model k=4' -> 'model\\nk=4', 'n-gram (n<=3) adaptive k' -> 'n-gram\\nadaptive',
-    'draft model (head 32768) k=4' -> 'model/32768\\nk=4', 'n-gram (n=2..3) + draft model k=4'
-    -> 'n-gram+model\\nk=4'."""
+    'draft model (head 32768) k=4' -> 'model\\nhead 32k\\nk=4', 'n-gram (n=2..3) + draft model k=4'
+    -> 'ng+model\\nk=4'."""
     kind = "model" if config.startswith("draft model") else "n-gram"
     if "+ draft model" in config:
-        kind = "n-gram+model"
+        kind = "ng+model"
     if "(head " in config:
-        kind += "/" + config.split("(head ")[1].split(")")[0]
+        head = int(config.split("(head ")[1].split(")")[0])
+        kind += f"\nhead {head // 1024}k" if head % 1024 == 0 else f"\nhead {head}"
     k = config.split()[-1] if "adaptive" not in config else "adaptive"
     return f"{kind}\n{k}"
 
@@ -112,7 +113,7 @@ def main() -> None:
         ax_a.set_title(f"acceptance rate, temperature {temp:g}")
         for ax in (ax_s, ax_a):
             ax.set_xticks(range(len(configs)))
-            ax.set_xticklabels([short(c) for c in configs], fontsize=8)
+            ax.set_xticklabels([short(c) for c in configs], fontsize=7)
             ax.grid(axis="y", alpha=0.3)
             ax.legend(fontsize=8)
     title = args.title or f"specdec bench: {data['target'].split('/')[-1]} + {str(data['draft']).split('/')[-1]}"
