@@ -189,8 +189,10 @@ void run_bench(BenchOptions o) {
                                        fmt::format("{} (prompt {})", prompt_source, i + 1)));
 
   // The cost model: T(1) .. T(max k + 1) of the target and a step of each draft, measured now.
-  const std::size_t max_k =
-      std::max(DecodeSetup{}.max_k, *std::max_element(o.ks.begin(), o.ks.end()));
+  // (the largest k of a run: adaptive k goes up to DecodeSetup::max_k; at most the context allows)
+  const std::size_t max_k = std::min(std::max(o.adaptive ? DecodeSetup{}.max_k : std::size_t{1},
+                                              *std::max_element(o.ks.begin(), o.ks.end())),
+                                     target.lm->context_length() - 1);
   const ForwardTimes target_times =
       measure_forward_times(*target.lm, static_cast<cpu::Transformer*>(nullptr), max_k);
   std::map<std::size_t, double> draft_step;  // head -> seconds of one draft step
@@ -220,6 +222,7 @@ void run_bench(BenchOptions o) {
     }
     if (o.adaptive) {
       s.adaptive = true;
+      s.max_k = std::min(s.max_k, max_k);  // the costs cover k <= max_k
       s.round_cost = costs_of(draft_seconds);
       setups.push_back(s);
     }

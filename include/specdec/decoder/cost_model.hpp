@@ -51,17 +51,20 @@ double time_forward(M& model, std::size_t context, std::size_t n, std::size_t re
 }  // namespace detail
 
 /// Times T(1) .. T(max_k + 1) on `target` and one step of `draft` (when not null), each after a
-/// context of `context` positions (token 0 repeated: the cost of a step does not depend on the
-/// token ids), `repeats` times, the median. Leaves both caches empty. The models must be idle
-/// (no sequence in progress). Throws specdec::Error when the context does not fit.
+/// context of `context` positions, fewer where a model's cache is shorter (token 0 repeated: the
+/// cost of a step does not depend on the token ids), `repeats` times, the median. Leaves both
+/// caches empty. The models must be idle (no sequence in progress). Throws specdec::Error when
+/// max_k + 1 tokens do not fit in the target's cache.
 template <CausalLM Target, CausalLM Draft>
 ForwardTimes measure_forward_times(Target& target, Draft* draft, std::size_t max_k,
                                    std::size_t context = 128, std::size_t repeats = 7) {
   if (repeats == 0) throw Error("measure_forward_times: repeats must be >= 1");
-  if (context + max_k + 1 > target.context_length() ||
-      (draft && context + 1 > draft->context_length()))
-    throw Error("measure_forward_times: a context of " + std::to_string(context) + " + " +
-                std::to_string(max_k + 1) + " positions does not fit the models' caches");
+  if (max_k + 1 > target.context_length() || (draft && draft->context_length() == 0))
+    throw Error("measure_forward_times: " + std::to_string(max_k + 1) +
+                " tokens do not fit in the target's cache of " +
+                std::to_string(target.context_length()) + " positions");
+  context = std::min(context, target.context_length() - (max_k + 1));
+  if (draft) context = std::min(context, draft->context_length() - 1);
   ForwardTimes times;
   const std::vector<token_t> prefix(context, token_t{0});
   target.rollback(0);
