@@ -20,25 +20,61 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def short(config: str) -> str:
-    """'draft model k=4' -> 'model\\nk=4', 'n-gram (n<=3) adaptive k' -> 'n-gram\\nadaptive'."""
+    """'draft model k=4' -> 'model\\nk=4', 'n-gram (n<=3) adaptive k' -> 'n-gram\\nadaptive',
+    'draft model (head 32768) k=4' -> 'model\\nhead 32k\\nk=4', 'n-gram (n=2..3) + draft model k=4'
+    -> 'ng+model\\nk=4'."""
     kind = "model" if config.startswith("draft model") else "n-gram"
+    if "+ draft model" in config:
+        kind = "ng+model"
+    if "(head " in config:
+        head = int(config.split("(head ")[1].split(")")[0])
+        kind += f"\nhead {head // 1024}k" if head % 1024 == 0 else f"\nhead {head}"
     k = config.split()[-1] if "adaptive" not in config else "adaptive"
     return f"{kind}\n{k}"
+
+
+def cost_table(data: dict) -> str:
+    """The forward times bench measured before decoding (T(n) of the target, one draft step per
+    --draft-head), as the cost model's table: C(k) = (T(k+1) + k D) / T(1)."""
+    t = data.get("target_forward_seconds")
+    if not t:
+        return ""
+    drafts = data.get("draft_step_seconds") or {}
+    if isinstance(drafts, list):  # a JSON map with integer keys: [[head, seconds], ...]
+        drafts = {str(h): v for h, v in drafts}
+    heads = sorted(drafts, key=int)
+    lines = [f"T(1) = {1e3 * t[0]:.1f} ms; "
+             + "; ".join(f"draft step{' (head ' + h + ')' if h != '0' else ''} D = {1e3 * drafts[h]:.1f} ms"
+                         f" = {drafts[h] / t[0]:.3f} T(1)" for h in heads),
+             "",
+             "| k | T(k+1)/T(1) | " + " | ".join(f"C(k), head {h if h != '0' else 'whole'}" for h in heads) + " |",
+             "|---:|---:|" + "---:|" * len(heads)]
+    for k in range(len(t)):
+        cs = " | ".join(f"{(t[k] + k * drafts[h]) / t[0]:.2f}" for h in heads)
+        lines.append(f"| {k} | {t[k] / t[0]:.2f} | {cs} |")
+    return "\n".join(lines)
 
 
 def markdown(data: dict) -> str:
     """One row per temperature, domain and configuration, with the cost model's terms."""
     lines = [
-        "| temp | domain | config | tok/s | speedup | acceptance | tokens/round | verify cost | draft cost |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "| temp | domain | config | tok/s | speedup (range) | predicted | acceptance | tokens/round "
+        "| verify cost | draft cost | ms/round: draft / verify / sampling / all |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in data["results"]:
         base = r["drafter"] == "none"
+        runs = r.get("speedup_runs", [r["speedup"]])
+        model = r["drafter"] in ("model", "ngram+model")
+        split = (f"{r['ms_draft']:.1f} / {r['ms_verify']:.1f} / {r['ms_sampling']:.1f} / {r['ms_per_round']:.1f}"
+                 if "ms_per_round" in r else "-")
         lines.append(
-            f"| {r['temperature']:g} | {r['domain']} | {r['config']} | {r['tokens_per_second']:.0f} "
-            f"| {r['speedup']:.2f}x | {'-' if base else format(r['acceptance_rate'], '.3f')} "
+            f"| {r['temperature']:g} | {r['domain']} | {r['config']} | {r['tokens_per_second']:.1f} "
+            f"| {r['speedup']:.2f}x ({min(runs):.2f}-{max(runs):.2f}) "
+            f"| {'-' if base else format(r.get('predicted_speedup', float('nan')), '.2f') + 'x'} "
+            f"| {'-' if base else format(r['acceptance_rate'], '.3f')} "
             f"| {r['mean_tokens_per_round']:.2f} | {r.get('verify_cost', float('nan')):.2f} "
-            f"| {format(r.get('draft_cost', float('nan')), '.2f') if r['drafter'] == 'model' else '-'} |")
+            f"| {format(r.get('draft_cost', float('nan')), '.2f') if model else '-'} | {split} |")
     return "\n".join(lines)
 
 
@@ -54,7 +90,8 @@ def main() -> None:
     temperatures = sorted({r["temperature"] for r in rows})
     domains = [d for d in dict.fromkeys(r["domain"] for r in rows) if d != "all"] or ["all"]
     configs = list(dict.fromkeys(r["config"] for r in rows))
-    colours = {"code": "#1f77b4", "prose": "#ff7f0e", "all": "#2ca02c"}
+    colours = {"code": "#1f77b4", "prose": "#ff7f0e", "all": "#2ca02c", "completion": "#1f77b4",
+               "editing": "#d62728"}
 
     fig, axes = plt.subplots(len(temperatures), 2, figsize=(13, 3.6 * len(temperatures)), squeeze=False)
     width = 0.8 / len(domains)
@@ -76,7 +113,7 @@ def main() -> None:
         ax_a.set_title(f"acceptance rate, temperature {temp:g}")
         for ax in (ax_s, ax_a):
             ax.set_xticks(range(len(configs)))
-            ax.set_xticklabels([short(c) for c in configs], fontsize=8)
+            ax.set_xticklabels([short(c) for c in configs], fontsize=7)
             ax.grid(axis="y", alpha=0.3)
             ax.legend(fontsize=8)
     title = args.title or f"specdec bench: {data['target'].split('/')[-1]} + {str(data['draft']).split('/')[-1]}"
@@ -86,6 +123,9 @@ def main() -> None:
     fig.tight_layout()
     fig.savefig(args.out_png, dpi=110)
     if args.markdown:
+        costs = cost_table(data)
+        if costs:
+            print(costs + "\n")
         print(markdown(data))
 
 

@@ -1,8 +1,9 @@
 // specdec bench: target-only (baseline) and speculative decoding on the same prompts, in one
 // process, and a table of tokens/s, speedup, acceptance and tokens per round.
 //
-//   specdec bench [-m T] [-md D] [--ngram N] [--prompts F.jsonl | --prompt-file F]
-//                 [-k 2,4,8] [--adaptive] [--temp 0,0.8] [-n 128] [--repeat 3] [--json]
+//   specdec bench [-m T] [-md D] [--draft-head 0,32768] [--ngram N] [--lookup-draft]
+//                 [--prompts F.jsonl | --prompt-file F] [-k 2,4,8] [--adaptive] [--temp 0,0.8]
+//                 [-n 128] [--repeat 3] [--json]
 //
 // Method. Every repeat runs, for each temperature and each prompt, the baseline and then every
 // speculative configuration, one after the other: machine noise then falls on all of them alike.
@@ -11,6 +12,11 @@
 // The table shows medians over the repeats. Prompt i uses seed + i in every configuration and
 // repeat, so repeats redo identical work and only the timings vary. At temperature 0 the
 // speculative tokens must equal the baseline's: bench checks and reports it.
+//
+// Costs. Before decoding, bench times the target's forward over 1 .. max k + 1 tokens and a step
+// of each draft (cost_model.hpp): printed as the cost table, and the round costs C(k) that
+// --adaptive uses (fixed for the run). Each row's round time split (draft forwards, target
+// forwards, sampling and verification, the rest) is measured during decoding.
 
 #include <unistd.h>
 
@@ -29,6 +35,7 @@
 #include "common.hpp"
 #include "demo_models.hpp"
 #include "options.hpp"
+#include "specdec/decoder/cost_model.hpp"
 
 namespace specdec::cli {
 
@@ -38,6 +45,9 @@ struct BenchOptions {
   std::optional<std::string> target;
   std::optional<std::string> draft;
   std::optional<std::size_t> ngram;
+  std::size_t ngram_min = 1;
+  bool lookup_draft = false;
+  std::vector<std::size_t> draft_heads{0};
   std::optional<std::string> prompts;
   std::optional<std::string> prompt_file;
   std::optional<std::string> models_dir;
@@ -62,8 +72,9 @@ struct Totals {
   std::size_t drafted = 0;
   std::size_t accepted = 0;
   double decode_seconds = 0;
-  double verify_seconds = 0;  // target forwards of the decode phase
-  double draft_seconds = 0;   // draft model forwards of the decode phase
+  double verify_seconds = 0;    // target forwards of the decode phase
+  double draft_seconds = 0;     // draft model forwards of the decode phase
+  double sampling_seconds = 0;  // drawing drafted tokens, processing and verifying target rows
 
   void add(const GenerationStats& s) {
     ++prompts;
@@ -76,6 +87,7 @@ struct Totals {
     decode_seconds += s.decode_seconds;
     verify_seconds += s.verify_seconds;
     draft_seconds += s.draft_seconds;
+    sampling_seconds += s.sampling_seconds;
   }
   /// Seconds per target forward (the baseline's: one token; speculative: k + 1 tokens).
   [[nodiscard]] double seconds_per_target_pass() const {
@@ -148,27 +160,94 @@ void run_bench(BenchOptions o) {
     start_models(models, options);
   }
   if (draft) check_same_vocabulary(target, *draft);
+  if (o.lookup_draft && !(draft && o.ngram))
+    throw Error("bench: --lookup-draft needs --draft MODEL and --ngram N");
+  // The draft with its head restricted to the first N ids, per --draft-head N (0: the draft
+  // itself): other Transformers over the same weights.
+  std::map<std::size_t, Model> heads;
+  if (draft)
+    for (const std::size_t n : o.draft_heads) {
+      if (n == 0 || heads.contains(n)) continue;
+      if (n > draft->file.config.vocab_size)
+        throw Error(fmt::format("--draft-head {}: the draft's vocabulary has only {} tokens", n,
+                                draft->file.config.vocab_size));
+      cpu::Options options = model_options(*draft, o.models);
+      options.head_tokens = cpu::first_tokens(n);
+      Model& m = heads[n];
+      m.file = draft->file;
+      m.role = "draft";
+      m.lm = std::make_unique<cpu::Transformer>(m.file, options);
+    }
+  auto draft_with_head = [&](std::size_t n) -> Model* {
+    if (!draft) return nullptr;
+    return n ? &heads.at(n) : &*draft;
+  };
   const std::uint64_t seed = o.sampling.seed.resolve();
   std::vector<std::vector<token_t>> prompt_ids;
   for (std::size_t i = 0; i < prompts.size(); ++i)
     prompt_ids.push_back(encode_prompt(target, prompts[i].text,
                                        fmt::format("{} (prompt {})", prompt_source, i + 1)));
 
+  // The cost model: T(1) .. T(max k + 1) of the target and a step of each draft, measured now.
+  // (the largest k of a run: adaptive k goes up to DecodeSetup::max_k; at most the context allows)
+  const std::size_t max_k = std::min(std::max(o.adaptive ? DecodeSetup{}.max_k : std::size_t{1},
+                                              *std::max_element(o.ks.begin(), o.ks.end())),
+                                     target.lm->context_length() - 1);
+  const ForwardTimes target_times =
+      measure_forward_times(*target.lm, static_cast<cpu::Transformer*>(nullptr), max_k);
+  std::map<std::size_t, double> draft_step;  // head -> seconds of one draft step
+  if (draft)
+    for (const std::size_t n : o.draft_heads)
+      draft_step[n] = measure_forward_times(*target.lm, draft_with_head(n)->lm.get(), 0).draft;
+  auto costs_of = [&](double draft_seconds) {
+    ForwardTimes t = target_times;
+    t.draft = draft_seconds;
+    return round_costs(t, max_k);
+  };
+  // C at a mean draft length (n-gram rounds draft fewer than k): linear between whole k.
+  auto cost_at = [&](double draft_seconds, double k) {
+    const std::vector<double> c = costs_of(draft_seconds);
+    const double at = std::clamp(k, 0.0, static_cast<double>(max_k));
+    const auto lo = static_cast<std::size_t>(at);
+    const std::size_t hi = std::min(lo + 1, max_k);
+    return c[lo] + (at - static_cast<double>(lo)) * (c[hi] - c[lo]);
+  };
+
   // The configurations: the baseline first, then each drafter with each k and adaptive k.
   std::vector<DecodeSetup> setups(1);
-  for (const auto drafter : {DecodeSetup::Drafter::model, DecodeSetup::Drafter::ngram}) {
-    if (drafter == DecodeSetup::Drafter::model && !o.draft) continue;
-    if (drafter == DecodeSetup::Drafter::ngram && !o.ngram) continue;
-    DecodeSetup s;
-    s.drafter = drafter;
-    s.ngram = o.ngram.value_or(3);
+  auto add_setups = [&](DecodeSetup s, double draft_seconds) {
     for (const std::size_t k : o.ks) {
       s.k = k;
       setups.push_back(s);
     }
     if (o.adaptive) {
       s.adaptive = true;
+      s.max_k = std::min(s.max_k, max_k);  // the costs cover k <= max_k
+      s.round_cost = costs_of(draft_seconds);
       setups.push_back(s);
+    }
+  };
+  DecodeSetup setup;
+  setup.ngram = o.ngram.value_or(3);
+  setup.ngram_min = o.ngram_min;
+  if (draft)
+    for (const std::size_t n : o.draft_heads) {
+      setup.drafter = DecodeSetup::Drafter::model;
+      setup.draft_head = n;
+      add_setups(setup, draft_step.at(n));
+    }
+  if (o.ngram) {
+    setup.drafter = DecodeSetup::Drafter::ngram;
+    setup.draft_head = 0;
+    add_setups(setup, 0.0);
+  }
+  if (o.lookup_draft && draft) {
+    // Lookup needs a suffix of at least 2 tokens here, else the model is hardly ever asked.
+    setup.drafter = DecodeSetup::Drafter::lookup_model;
+    setup.ngram_min = std::max<std::size_t>(2, o.ngram_min);
+    for (const std::size_t n : o.draft_heads) {
+      setup.draft_head = n;
+      add_setups(setup, draft_step.at(n));
     }
   }
   std::vector<std::string> domains;
@@ -200,8 +279,8 @@ void run_bench(BenchOptions o) {
         config.seed = seed + pi;
         std::vector<token_t> baseline_tokens;
         for (std::size_t si = 0; si < setups.size(); ++si) {
-          const GenerationResult r =
-              run_decode(target, draft ? &*draft : nullptr, setups[si], prompt_ids[pi], config);
+          const GenerationResult r = run_decode(target, draft_with_head(setups[si].draft_head),
+                                                setups[si], prompt_ids[pi], config);
           if (si == 0) {
             baseline_tokens = r.tokens;
           } else if (config.sampling.greedy() && rep == 0) {
@@ -221,13 +300,19 @@ void run_bench(BenchOptions o) {
       for (std::size_t si = 0; si < setups.size(); ++si) {
         // Costs relative to one plain target step of the same repeat: what the speedup is made
         // of (speedup ~ tokens per round / (k x draft cost + verify cost)).
-        std::vector<double> tps, speedups, verify_cost, draft_cost;
+        std::vector<double> tps, speedups, verify_cost, draft_cost, ms_draft, ms_verify,
+            ms_sampling, ms_round;
         for (std::size_t rep = 0; rep < o.repeat; ++rep) {
           const Totals& t = totals[rep][ti][si][domain];
           const Totals& base = totals[rep][ti][0][domain];
           const double step = base.seconds_per_target_pass();
           verify_cost.push_back(step > 0 ? t.seconds_per_target_pass() / step : 0.0);
           draft_cost.push_back(step > 0 ? t.seconds_per_draft_pass() / step : 0.0);
+          const double rounds = t.rounds ? static_cast<double>(t.rounds) : 1.0;
+          ms_round.push_back(1e3 * t.decode_seconds / rounds);
+          ms_draft.push_back(1e3 * t.draft_seconds / rounds);
+          ms_verify.push_back(1e3 * t.verify_seconds / rounds);
+          ms_sampling.push_back(1e3 * t.sampling_seconds / rounds);
           tps.push_back(t.tokens_per_second());
           speedups.push_back(base.tokens_per_second() > 0
                                  ? t.tokens_per_second() / base.tokens_per_second()
@@ -235,13 +320,29 @@ void run_bench(BenchOptions o) {
         }
         const Totals& t = totals[0][ti][si][domain];
         const DecodeSetup& s = setups[si];
+        // The cost model's speedup: tokens per round over C(mean draft length), the forwards
+        // timed before decoding (sampling and bookkeeping left out, on both sides).
+        const double draft_seconds =
+            s.drafter == DecodeSetup::Drafter::model ? draft_step.at(s.draft_head)
+            : s.drafter == DecodeSetup::Drafter::lookup_model && t.rounds
+                ? draft_step.at(s.draft_head) * static_cast<double>(t.draft_passes) /
+                      std::max<double>(1.0, static_cast<double>(t.drafted))
+                : 0.0;
+        const double mean_k =
+            t.rounds ? static_cast<double>(t.drafted) / static_cast<double>(t.rounds) : 0.0;
+        const double predicted = t.rounds ? static_cast<double>(t.tokens) /
+                                                static_cast<double>(t.rounds) /
+                                                cost_at(draft_seconds, mean_k)
+                                          : 0.0;
         nlohmann::json row = {
             {"temperature", as_typed(o.temperatures[ti])},
             {"domain", domain},
             {"config", s.label()},
             {"drafter", s.drafter == DecodeSetup::Drafter::none    ? "none"
                         : s.drafter == DecodeSetup::Drafter::model ? "model"
-                                                                   : "ngram"},
+                        : s.drafter == DecodeSetup::Drafter::ngram ? "ngram"
+                                                                   : "ngram+model"},
+            {"draft_head", s.draft_head},
             {"k", s.drafter == DecodeSetup::Drafter::none ? nlohmann::json(nullptr)
                   : s.adaptive                            ? nlohmann::json("adaptive")
                                                           : nlohmann::json(s.k)},
@@ -258,8 +359,15 @@ void run_bench(BenchOptions o) {
              t.rounds ? static_cast<double>(t.tokens) / static_cast<double>(t.rounds) : 0.0},
             {"tokens_per_second", median(tps)},
             {"speedup", median(speedups)},
+            {"predicted_speedup", predicted},
             {"verify_cost", median(verify_cost)},  // target forward / baseline target step
             {"draft_cost", median(draft_cost)},    // draft forward / baseline target step
+            // The round's time split, ms per round: draft forwards, target forwards, sampling
+            // and verification; the rest of ms_round is bookkeeping (emission, detokenising).
+            {"ms_per_round", median(ms_round)},
+            {"ms_draft", median(ms_draft)},
+            {"ms_verify", median(ms_verify)},
+            {"ms_sampling", median(ms_sampling)},
             {"tokens_per_second_runs", tps},
             {"speedup_runs", speedups}};
         if (s.drafter == DecodeSetup::Drafter::ngram) row["ngram"] = s.ngram;
@@ -277,6 +385,8 @@ void run_bench(BenchOptions o) {
         {"repeat", o.repeat},
         {"seed", seed},
         {"threads", target.lm->threads()},
+        {"target_forward_seconds", target_times.target},  // T(1) .. T(max k + 1)
+        {"draft_step_seconds", draft_step},               // per --draft-head (0: whole head)
         {"greedy_runs_compared", greedy_runs},
         {"greedy_runs_identical", greedy_runs - greedy_mismatches},
         {"results", results}};
@@ -287,31 +397,45 @@ void run_bench(BenchOptions o) {
         "medians\n",
         *o.target, o.draft ? "\ndraft  " + *o.draft : std::string(), prompt_source, prompts.size(),
         o.max_new_tokens, o.repeat, target.lm->threads());
+    fmt::print(
+        "\ncosts measured before decoding (median of 7): target T(1) = {:.2f} ms; T(n)/T(1):",
+        1e3 * target_times.target[0]);
+    for (std::size_t n = 2; n <= target_times.target.size(); ++n)
+      fmt::print(" {}:{:.2f}", n, target_times.target[n - 1] / target_times.target[0]);
+    fmt::print("\n");
+    for (const auto& [n, d] : draft_step)
+      fmt::print("draft step{}: {:.2f} ms = {:.3f} T(1)\n",
+                 n ? fmt::format(" (head {})", n) : std::string(), 1e3 * d,
+                 d / target_times.target[0]);
     std::string last_group;
     for (const auto& r : results) {
       const std::string group =
           fmt::format("temperature {} | {} ({} prompts)", r["temperature"].get<double>(),
                       r["domain"].get<std::string>(), r["prompts"].get<std::size_t>());
       if (group != last_group) {
-        fmt::print("\n{}\n  {:<30} {:>9} {:>8} {:>11} {:>13} {:>14} {:>12} {:>11}\n", group,
-                   "config", "tok/s", "speedup", "acceptance", "tokens/round", "target passes",
-                   "verify cost", "draft cost");
+        fmt::print("\n{}\n  {:<44} {:>7} {:>8} {:>10} {:>11} {:>12} {:>8} {:>8} {:>28}\n", group,
+                   "config", "tok/s", "speedup", "predicted", "acceptance", "tokens/round",
+                   "verify", "draft", "ms/round: draft verify samp");
         last_group = group;
       }
       const bool base = r["drafter"] == "none";
-      const bool model = r["drafter"] == "model";
+      const bool model = r["drafter"] == "model" || r["drafter"] == "ngram+model";
       fmt::print(
-          "  {:<30} {:>9.1f} {:>7.2f}x {:>11} {:>13.2f} {:>14} {:>12.2f} {:>11}\n",
+          "  {:<44} {:>7.1f} {:>7.2f}x {:>9.2f}x {:>11} {:>12.2f} {:>8.2f} {:>8} {:>8.1f} {:>6.1f} "
+          "{:>5.1f} {:>6.1f}\n",
           r["config"].get<std::string>(), r["tokens_per_second"].get<double>(),
-          r["speedup"].get<double>(),
+          r["speedup"].get<double>(), r["predicted_speedup"].get<double>(),
           base ? std::string("-") : fmt::format("{:.3f}", r["acceptance_rate"].get<double>()),
-          r["mean_tokens_per_round"].get<double>(), r["target_passes"].get<std::size_t>(),
-          r["verify_cost"].get<double>(),
-          model ? fmt::format("{:.2f}", r["draft_cost"].get<double>()) : std::string("-"));
+          r["mean_tokens_per_round"].get<double>(), r["verify_cost"].get<double>(),
+          model ? fmt::format("{:.2f}", r["draft_cost"].get<double>()) : std::string("-"),
+          r["ms_per_round"].get<double>(), r["ms_draft"].get<double>(),
+          r["ms_verify"].get<double>(), r["ms_sampling"].get<double>());
     }
     fmt::print(
-        "\nverify cost: time of one target forward (k + 1 tokens) / one target-only step; draft "
-        "cost: one draft forward / one target-only step.\n");
+        "\nverify: one target forward (k + 1 tokens) / one target-only step; draft: one draft "
+        "forward / one target-only step; predicted: tokens per round / C(mean k) from the costs "
+        "above; ms/round: the round's time, then its draft forwards, target forwards and "
+        "sampling + verification.\n");
     if (greedy_runs > 0)
       fmt::print(
           "\ngreedy (temperature 0): {}/{} speculative runs emitted exactly the baseline's "
@@ -336,6 +460,18 @@ void add_bench(CLI::App& app) {
       ->check(CLI::ExistingPath);
   cmd->add_option("--ngram", o->ngram, "also benchmark the n-gram (prompt lookup) drafter, n <= N")
       ->check(CLI::Range(std::size_t{1}, std::size_t{64}));
+  cmd->add_option("--ngram-min", o->ngram_min, "shortest suffix the n-gram lookup matches")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{64}))
+      ->capture_default_str();
+  cmd->add_flag("--lookup-draft", o->lookup_draft,
+                "also benchmark n-gram lookup with the draft model when it finds nothing (needs "
+                "--ngram and --draft; suffixes of at least 2 tokens)");
+  cmd->add_option("--draft-head", o->draft_heads,
+                  "draft output heads to run, e.g. 0,32768: the head restricted to the first N "
+                  "token ids (the others get probability 0; still exact), 0 = the whole head")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->capture_default_str();
   auto* prompts =
       cmd->add_option(
              "--prompts", o->prompts,

@@ -313,13 +313,17 @@ void check_same_vocabulary(const Model& target, const Model& draft) {
 
 std::string DecodeSetup::label() const {
   const std::string k_text = adaptive ? std::string("adaptive k") : fmt::format("k={}", k);
+  const std::string model =
+      draft_head ? fmt::format("draft model (head {})", draft_head) : std::string("draft model");
   switch (drafter) {
     case Drafter::none:
       return "baseline";
     case Drafter::model:
-      return "draft model " + k_text;
+      return model + " " + k_text;
     case Drafter::ngram:
       return fmt::format("n-gram (n<={}) {}", ngram, k_text);
+    case Drafter::lookup_model:
+      return fmt::format("n-gram (n={}..{}) + {} {}", ngram_min, ngram, model, k_text);
   }
   return "?";
 }
@@ -332,6 +336,7 @@ SpeculativeOptions DecodeSetup::speculative_options() const {
   if (adaptive) {
     options.adaptive_options.min_k = std::max<std::size_t>(1, draft_min);
     options.adaptive_options.max_k = std::max(max_k, options.adaptive_options.min_k);
+    options.adaptive_options.round_cost = round_cost;
   }
   return options;
 }
@@ -339,6 +344,7 @@ SpeculativeOptions DecodeSetup::speculative_options() const {
 NGramDrafter::Options DecodeSetup::ngram_options() const {
   NGramDrafter::Options options;
   options.max_ngram = ngram;
+  options.min_ngram = ngram_min;
   return options;
 }
 
@@ -373,6 +379,12 @@ GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setu
     case DecodeSetup::Drafter::ngram: {
       NGramDrafter drafter(setup.ngram_options());
       return run_speculative(drafter, target, setup, prompt, config, callbacks, nullptr);
+    }
+    case DecodeSetup::Drafter::lookup_model: {
+      if (draft == nullptr) throw Error("a draft model is needed (--draft)");
+      LookupThenModelDrafter<cpu::Transformer> drafter(*draft->lm, setup.ngram_options());
+      return run_speculative(drafter, target, setup, prompt, config, callbacks,
+                             draft->file.tokenizer.get());
     }
   }
   throw Error("unknown drafter");

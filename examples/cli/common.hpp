@@ -137,12 +137,19 @@ void check_same_vocabulary(const Model& target, const Model& draft);
 
 /// Which decoder a run uses.
 struct DecodeSetup {
-  enum class Drafter { none, model, ngram };  ///< none: target-only (the baseline)
+  /// none: target-only (the baseline); lookup_model: n-gram lookup, the draft model when it
+  /// finds nothing (LookupThenModelDrafter)
+  enum class Drafter { none, model, ngram, lookup_model };
   Drafter drafter = Drafter::none;
   std::size_t k = 4;          ///< draft length (fixed), or the largest with adaptive
   bool adaptive = false;      ///< choose k per round from the running acceptance
   std::size_t max_k = 8;      ///< adaptive: the largest k (default: AdaptiveDraftLength's)
   std::size_t ngram = 3;      ///< n-gram drafter: longest suffix looked up
+  std::size_t ngram_min = 1;  ///< n-gram drafter: shortest suffix looked up
+  std::size_t draft_head =
+      0;  ///< the draft's head restricted to the first N ids (0: whole); a label
+  /// Adaptive k: C(k) for k = 0 .. max_k, measured (cost_model.hpp); empty: the guessed cost.
+  std::vector<double> round_cost{};
   std::size_t draft_min = 0;  ///< proposals shorter than this are not verified (--draft-min)
 
   [[nodiscard]] std::string label() const;  ///< "baseline", "draft model k=4", "n-gram adaptive k"
@@ -151,9 +158,9 @@ struct DecodeSetup {
   [[nodiscard]] NGramDrafter::Options ngram_options() const;
 };
 
-/// One generation with the setup's decoder: `draft` is used only by Drafter::model. With
-/// config.record_rounds, every round's record (p(x) and q(x) of its drafted tokens included) is
-/// kept in the result.
+/// One generation with the setup's decoder: `draft` is used by Drafter::model and lookup_model.
+/// With config.record_rounds, every round's record (p(x) and q(x) of its drafted tokens included)
+/// is kept in the result.
 GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setup,
                             std::span<const token_t> prompt, const GenerationConfig& config,
                             const Callbacks& callbacks = {});

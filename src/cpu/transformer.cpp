@@ -26,6 +26,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <new>
 #include <numbers>
 #include <string>
@@ -122,6 +123,13 @@ struct Transformer::State {
   std::shared_ptr<ThreadPool> pool;
   MatrixRef embed, output;
   std::vector<float> output_norm;
+  // A restricted head (Options::head_tokens): its rows [N][dim], in place for a prefix of the
+  // vocabulary, else copied into head_rows; head_out [n][N] holds a step's logits before they
+  // are scattered into the full rows (kMaskedLogit elsewhere). head_ids empty: the whole head.
+  std::vector<token_t> head_ids;
+  MatrixRef head;
+  std::vector<std::byte> head_rows;  // [N][row bytes], only for a list that is not a prefix
+  std::vector<float> head_out;       // [n][N]
   std::vector<LayerWeights> layers;
   std::vector<float> inv_freq;
   float attn_scale = 1.0f;
@@ -233,6 +241,30 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   s.embed = load_matrix(w, "token_embd.weight", c.vocab_size, c.dim, tied);
   s.output = tied ? s.embed : load_matrix(w, "output.weight", c.vocab_size, c.dim);
   s.output_norm = load_f32_vector(w, "output_norm.weight", c.dim);
+  if (!options.head_tokens.empty()) {
+    const std::vector<token_t>& ids = options.head_tokens;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= c.vocab_size)
+        throw Error(fmt::format(
+            "cpu::Transformer: Options::head_tokens[{}] = {} is outside the vocabulary [0, {})", i,
+            ids[i], c.vocab_size));
+      if (i > 0 && ids[i] <= ids[i - 1])
+        throw Error(fmt::format(
+            "cpu::Transformer: Options::head_tokens must be ascending without repeats ({} at {} "
+            "follows {})",
+            ids[i], i, ids[i - 1]));
+    }
+    s.head_ids = ids;
+    s.head = s.output;
+    s.head.rows = ids.size();
+    if (static_cast<std::size_t>(ids.back()) + 1 != ids.size()) {  // not 0 .. N-1: gather
+      s.head_rows.resize(ids.size() * s.output.row_bytes);
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        std::copy_n(s.output.data + static_cast<std::size_t>(ids[i]) * s.output.row_bytes,
+                    s.output.row_bytes, s.head_rows.data() + i * s.output.row_bytes);
+      s.head.data = s.head_rows.data();
+    }
+  }
   s.layers.resize(c.n_layers);
   for (std::size_t i = 0; i < c.n_layers; ++i) {
     LayerWeights& l = s.layers[i];
@@ -275,6 +307,12 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
         "context (Options::context_length)",
         format_bytes(need.total()), context_length_));
   }
+}
+
+std::vector<token_t> first_tokens(std::size_t n) {
+  std::vector<token_t> ids(n);
+  for (std::size_t i = 0; i < n; ++i) ids[i] = static_cast<token_t>(i);
+  return ids;
 }
 
 Transformer::~Transformer() = default;
@@ -575,7 +613,20 @@ void Transformer::step(std::span<const Segment> segments) {
     rms_norm(isa, s.x.data() + t * dim, s.output_norm.data(), s.xn.data() + t * dim, dim,
              c.rms_norm_eps);
   s.pack(s.xn.data(), n, dim, {&s.output});
-  if (segments.size() == 1) {
+  if (!s.head_ids.empty()) {
+    // Restricted head: N rows of logits per token, scattered into rows of kMaskedLogit.
+    const std::size_t rows = s.head.rows;
+    s.head_out.resize(n * rows);
+    project(s.head, s.head_out.data(), rows, [](std::size_t, std::size_t) {});
+    std::size_t t = 0;
+    for (const Segment& seg : segments)
+      for (std::size_t j = 0; j < seg.tokens.size(); ++j, ++t) {
+        float* row = seg.logits + j * c.vocab_size;
+        std::fill_n(row, c.vocab_size, kMaskedLogit);
+        for (std::size_t i = 0; i < rows; ++i)
+          row[static_cast<std::size_t>(s.head_ids[i])] = s.head_out[t * rows + i];
+      }
+  } else if (segments.size() == 1) {
     project(s.output, segments[0].logits, c.vocab_size, [](std::size_t, std::size_t) {});
   } else {
     // One pass over the output matrix for every row, then each segment's rows to its buffer.

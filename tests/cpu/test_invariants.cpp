@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -195,6 +196,48 @@ TEST_CASE("f16 KV cache stays close to f32", "[cpu][invariants]") {
   }
   CHECK(worst <= 1e-2 * scale);  // f16 keeps 11 significant bits
   CHECK(b.kv_cache_bytes() * 2 == a.kv_cache_bytes());
+}
+
+// Options::head_tokens (the restricted draft head): the logits of the listed ids are bitwise
+// the whole head's, every other logit is kMaskedLogit, for a prefix of the ids (read in place) and
+// for a list that is not a prefix (rows copied), in one call and in steps of several sequences.
+TEST_CASE("a restricted output head computes exactly the listed rows", "[cpu][invariants]") {
+  for (const DType dtype : {DType::f32, DType::q8_0, DType::q6_k}) {
+    const test::RandomModel m = test::make_random_model(
+        dtype == DType::q6_k ? test::small_k() : test::small_qwen(), dtype, 7);
+    const std::size_t vocab = m.config.vocab_size;
+    INFO(dtype_name(dtype));
+    const std::vector<token_t> tokens = random_tokens(12, vocab, 3);
+    Transformer whole(m.config, m.weights, {.threads = 2});
+    const LogitsView w = whole.forward(tokens);
+    const std::vector<float> reference(w.data, w.data + w.rows * w.vocab);
+    std::vector<token_t> scattered;
+    for (std::size_t i = 1; i < vocab; i += 3) scattered.push_back(static_cast<token_t>(i));
+    for (const std::vector<token_t>& ids : {cpu::first_tokens(vocab / 2), scattered}) {
+      Transformer head(m.config, m.weights, {.threads = 2, .head_tokens = ids});
+      std::vector<bool> listed(vocab, false);
+      for (const token_t id : ids) listed[static_cast<std::size_t>(id)] = true;
+      for (const std::vector<std::size_t>& sizes :
+           {std::vector<std::size_t>{12}, std::vector<std::size_t>{1, 4, 7}}) {
+        head.reset();
+        const std::vector<float> rows = run_in_chunks(head, tokens, sizes);
+        std::size_t mismatches = 0;
+        for (std::size_t t = 0; t < tokens.size(); ++t)
+          for (std::size_t v = 0; v < vocab; ++v) {
+            const float got = rows[t * vocab + v];
+            const float want = listed[v] ? reference[t * vocab + v] : cpu::kMaskedLogit;
+            if (std::memcmp(&got, &want, sizeof(float)) != 0) ++mismatches;
+          }
+        CHECK(mismatches == 0);
+      }
+    }
+  }
+  const test::RandomModel m = test::make_random_model(test::small_llama(), DType::f32, 1);
+  const auto vocab = static_cast<token_t>(m.config.vocab_size);
+  for (const std::vector<token_t>& bad : {std::vector<token_t>{0, vocab}, std::vector<token_t>{-1},
+                                          std::vector<token_t>{3, 2}, std::vector<token_t>{1, 1}})
+    CHECK_THROWS_WITH(Transformer(m.config, m.weights, {.threads = 1, .head_tokens = bad}),
+                      Catch::Contains("head_tokens"));
 }
 
 TEST_CASE("interface errors leave the cache unchanged", "[cpu][invariants]") {

@@ -2,11 +2,13 @@
 // both decoders: stop strings, streamed text pieces, statistics fields.
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "mock_lm.hpp"
 #include "specdec/decoder/autoregressive.hpp"
+#include "specdec/decoder/cost_model.hpp"
 #include "specdec/decoder/drafters.hpp"
 #include "specdec/decoder/speculative.hpp"
 #include "specdec_test.hpp"
@@ -97,6 +99,78 @@ TEST_CASE("adaptive draft length follows the acceptance", "[decoder]") {
   CHECK_THROWS_AS(AdaptiveDraftLength(AdaptiveDraftLength::Options{.min_k = 0}), specdec::Error);
   CHECK_THROWS_AS(AdaptiveDraftLength(AdaptiveDraftLength::Options{.min_k = 4, .max_k = 2}),
                   specdec::Error);
+}
+
+// Measured round costs (cost_model.hpp) replace the guessed 1 + c k: C(k) = (T(k+1) + k D) / T(1).
+// With costs where a longer verify is nearly free but each draft step costs half a target step,
+// the rule's k is the argmax of E(k) / C(k) computed here by hand.
+TEST_CASE("adaptive draft length with measured round costs", "[decoder]") {
+  specdec::ForwardTimes times;
+  times.target = {10.0, 10.5, 11.0, 11.5, 12.0};  // T(1) .. T(5), ms
+  times.draft = 5.0;
+  const std::vector<double> cost = specdec::round_costs(times, 4);
+  REQUIRE(cost.size() == 5);
+  CHECK(cost[0] == Approx(1.0));
+  CHECK(cost[1] == Approx(1.55));  // (10.5 + 5) / 10
+  CHECK(cost[4] == Approx(3.2));   // (12 + 20) / 10
+
+  AdaptiveDraftLength::Options o;
+  o.max_k = 4;
+  o.decay = 0.5;
+  o.round_cost = cost;
+  for (const auto& [drafted, accepted] :
+       std::vector<std::pair<std::size_t, std::size_t>>{{4, 4}, {4, 1}, {4, 4}, {4, 3}}) {
+    AdaptiveDraftLength rule(o);
+    rule.update(drafted, accepted);
+    const double a = rule.acceptance();
+    std::size_t best_k = 0;
+    double best = -1;
+    for (std::size_t k = 1; k <= 4; ++k) {
+      double expected = 0;
+      for (std::size_t i = 0; i <= k; ++i) expected += std::pow(a, static_cast<double>(i));
+      if (expected / cost[k] > best) {
+        best = expected / cost[k];
+        best_k = k;
+      }
+    }
+    INFO("a = " << a);
+    CHECK(rule.next() == best_k);
+    CHECK(rule.cost(2) == Approx(cost[2]));
+  }
+  // A table too short for max_k, or with a cost that is not positive and finite, is refused.
+  o.round_cost = {1.0, 1.5};
+  CHECK_THROWS_WITH(AdaptiveDraftLength(o), Catch::Contains("round_cost"));
+  o.round_cost = {1.0, 1.5, 0.0, 2.0, 2.5};
+  CHECK_THROWS_WITH(AdaptiveDraftLength(o), Catch::Contains("round_cost"));
+  CHECK_THROWS_AS(specdec::round_costs(times, 5), specdec::Error);
+}
+
+// Lookup first, the draft model when the lookup finds nothing: which one drafted each round, and
+// the draft model's cache catching up on the tokens of lookup rounds.
+TEST_CASE("n-gram lookup then the draft model", "[decoder]") {
+  // Target and draft: greedy, both continue 0 1 2 3 0 1 2 3 ... (token = position mod 4).
+  auto cyclic = [](std::span<const token_t> prefix) {
+    return one_hot_logits(4, static_cast<token_t>(prefix.size() % 4));
+  };
+  MockLM target(4, 64, cyclic);
+  MockLM draft(4, 64, cyclic);
+  specdec::LookupThenModelDrafter<MockLM> drafter(draft, {.max_ngram = 2, .min_ngram = 2});
+  specdec::SpeculativeDecoder dec(drafter, target, specdec::SpeculativeOptions{.k = 3});
+  GenerationConfig cfg;
+  cfg.sampling.temperature = 0;
+  cfg.max_new_tokens = 12;
+  cfg.record_rounds = true;
+  const std::vector<token_t> prompt{0, 1};  // no 2-token suffix occurs earlier: the model drafts
+  const auto r = dec.generate(prompt, cfg);
+  std::vector<token_t> expected;
+  for (std::size_t i = 2; i < 14; ++i) expected.push_back(static_cast<token_t>(i % 4));
+  CHECK(r.tokens == expected);
+  REQUIRE(r.rounds.size() >= 2);
+  CHECK(r.rounds[0].drafted == std::vector<token_t>{2, 3, 0});  // the model (3 forwards)
+  // Once "0 1" repeats, lookup proposes what followed it before; the model is no longer asked.
+  CHECK(drafter.lookup_rounds() > 0);
+  CHECK(r.stats.draft_passes == 3);
+  CHECK(draft.cached() <= 14);
 }
 
 namespace {

@@ -346,6 +346,8 @@ std::unique_ptr<Engine> make_engine(const ServedModels& models, const DecodeSetu
       return std::make_unique<EngineOf<NGramSession>>(models, setup, options, metrics);
     case DecodeSetup::Drafter::none:
       return std::make_unique<EngineOf<PlainSession>>(models, setup, options, metrics);
+    case DecodeSetup::Drafter::lookup_model:
+      throw Error("serve: the n-gram + draft model drafter is not served yet (use one of them)");
   }
   throw Error("unknown drafter");
 }

@@ -14,6 +14,7 @@
 //    plain decoding emits.
 
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -44,7 +45,27 @@ struct Options {
   /// with a CPU-bound neighbour, waiting for preempted workers can cost more than they add.
   /// false: always use every thread. Results are bitwise the same either way.
   bool adaptive_threads = true;
+  /// The tokens whose logits the output head computes (ids in ascending order, no repeats); every
+  /// other token gets the lowest finite float (kMaskedLogit), i.e. probability exactly 0 after
+  /// any processing (its softmax weight underflows to 0). Empty: the whole
+  /// vocabulary. This makes a cheaper *draft*: the head of a small model is a large share of its
+  /// weights (Qwen2.5-0.5B: 151936 x 896 of ~490 MB, about a third of what a step streams), and
+  /// the rarely drafted tokens cost as much as the frequent ones. Speculative decoding stays
+  /// exact: the draft's q is then the renormalised distribution over these tokens (0 elsewhere),
+  /// and verification accepts with min(1, p/q) and resamples from norm(max(0, p - q)) as for any
+  /// q. A contiguous prefix 0 .. N-1 reads the head's first N rows in place; any other list
+  /// copies its rows once (N x row bytes). first_tokens(N) makes the prefix.
+  std::vector<token_t> head_tokens{};
 };
+
+/// The logit of a token outside Options::head_tokens: finite (the samplers refuse infinite
+/// logits as the sign of a broken model) and so low that exp(logit - max) is exactly 0.
+inline constexpr float kMaskedLogit = std::numeric_limits<float>::lowest();
+
+/// The ids 0 .. n-1: in a byte-level BPE vocabulary (GPT-2, Llama 3, Qwen2) ids after the 256
+/// byte tokens follow the merge order, which roughly follows frequency, so the first n ids are a
+/// cheap stand-in for the n most frequent tokens (Options::head_tokens).
+std::vector<token_t> first_tokens(std::size_t n);
 
 /// What a Transformer allocates besides the weights (which stay in the file's memory map).
 struct MemoryEstimate {

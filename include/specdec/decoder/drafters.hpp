@@ -7,8 +7,11 @@
 //  - NGramDrafter is model-free prompt lookup: it proposes the continuation of the longest recent
 //    n-gram match in the sequence. Its proposals are deterministic, i.e. q is a point mass at each
 //    drafted token, which the verifier handles exactly.
+//  - LookupThenModelDrafter<M> tries prompt lookup first and falls back to a draft model when
+//    the lookup finds nothing: free drafts where the output copies the input, the model elsewhere.
 //  - NoDrafter proposes nothing: every round is one plain target step (AutoregressiveDecoder).
-//  - AdaptiveDraftLength chooses k for the next round from the running acceptance.
+//  - AdaptiveDraftLength chooses k for the next round from the running acceptance and the
+//    measured cost of a round of each length (decoder/cost_model.hpp measures it).
 //
 // The Drafter concept below is what a SpeculativeSession talks to. The sequence passed to start(),
 // extend() and draft() is always the session's whole sequence (prompt + generated), and the
@@ -241,31 +244,83 @@ class NGramDrafter {
   std::vector<token_t> proposal_;
 };
 
+// ------------------------------------------------------------------------ LookupThenModelDrafter
+
+/// Prompt lookup first, a draft model when the lookup has nothing: a round proposes the n-gram
+/// continuation when the sequence's last tokens (at least options.min_ngram of them) occurred
+/// before, else k tokens of the draft model. Each round's proposal is one or the other, so the
+/// verifier sees either point masses or the model's q, both exact. The model catches up on the
+/// tokens of lookup rounds the next time it drafts (ModelDrafter feeds what it has not consumed).
+/// Use min_ngram >= 2: a single-token suffix matches almost always in a long sequence and would
+/// crowd the model out with poor guesses.
+template <CausalLM M>
+class LookupThenModelDrafter {
+ public:
+  LookupThenModelDrafter(M& model, NGramDrafter::Options options)
+      : model_(model), lookup_(options) {}
+
+  [[nodiscard]] std::size_t vocab_size() const { return model_.vocab_size(); }
+  /// The model's limit: a lookup round never asks for more than a model round could draft.
+  [[nodiscard]] std::size_t max_draft(std::size_t n) const { return model_.max_draft(n); }
+  void start(std::span<const token_t> prompt) { model_.start(prompt); }
+  void extend(std::span<const token_t> sequence) { model_.extend(sequence); }
+  void keep(std::size_t n) { model_.keep(n); }
+
+  template <class S>
+  requires DraftSamplerFor<S, M> DraftResult draft(std::span<const token_t> sequence, std::size_t k,
+                                                   S& sampler) {
+    if (k == 0) return {};
+    lookup_.propose(sequence, k, proposal_);
+    if (!proposal_.empty()) {
+      sampler.propose(std::span<const token_t>(proposal_));
+      ++lookup_rounds_;
+      return DraftResult{proposal_.size(), Proposal::point_mass, 0};
+    }
+    return model_.draft(sequence, k, sampler);
+  }
+
+  /// Rounds drafted by lookup so far (the others were drafted by the model).
+  [[nodiscard]] std::size_t lookup_rounds() const { return lookup_rounds_; }
+  [[nodiscard]] M& model() { return model_.model(); }
+
+ private:
+  ModelDrafter<M> model_;
+  NGramDrafter lookup_;
+  std::vector<token_t> proposal_;
+  std::size_t lookup_rounds_ = 0;
+};
+
 // ------------------------------------------------------------------------------ adaptive k
 
 /// Chooses the draft length of the next round from the running acceptance.
 ///
 /// Model (Leviathan et al. 2023, section 3): each drafted token is accepted independently with
 /// probability a. A round that drafts k tokens then emits E(k) = (1 - a^(k+1)) / (1 - a) tokens
-/// on average and costs 1 + c k target-step units, c being the cost of one more drafted token (a
-/// draft step plus one more verified position) relative to one target step. The rule picks
-/// k in [min_k, max_k] maximising E(k) / (1 + c k), the expected tokens per unit of time (the
-/// smaller k on ties).
+/// on average and costs C(k) target-step units. The rule picks k in [min_k, max_k] maximising
+/// E(k) / C(k), the expected tokens per unit of time (the smaller k on ties). C(k) is
+/// Options::round_cost[k] when given: measured on the machine and models at hand, C(k) =
+/// (T(k+1) + k D) / T(1) with T(n) the target's forward over n tokens and D a draft step
+/// (measure_round_costs, decoder/cost_model.hpp, times them once before decoding; the costs are
+/// then fixed, so the choice of k still depends only on the accepted counts). Otherwise
+/// C(k) = 1 + c k with c = Options::draft_cost, a guess.
 ///
 /// a is estimated from the rounds seen so far as a geometric acceptance model: a round that
 /// drafted k' tokens and accepted n contributes n acceptances and one rejection if n < k'. The
 /// estimate is (A + prior_accepts) / (A + R + prior_accepts + prior_rejects), where A and R are
 /// exponentially decayed counts (each round multiplies the old counts by `decay`), so the rule
 /// follows changes in difficulty (code vs prose, repetitive stretches). The first round uses
-/// initial_k. The rule depends only on the accepted counts, never on timings, so a run stays
-/// reproducible from its seed.
+/// initial_k. The rule depends only on the accepted counts and fixed costs, never on timings
+/// taken during the run, so a run stays reproducible from its seed.
 class AdaptiveDraftLength {
  public:
   struct Options {
     std::size_t min_k = 1;
     std::size_t max_k = 8;
     std::size_t initial_k = 4;
-    double draft_cost = 0.25;    ///< c: cost of one more drafted token / cost of a target step
+    double draft_cost = 0.25;  ///< c: cost of one more drafted token / cost of a target step
+    /// C(k) for k = 0 .. max_k (at least max_k + 1 entries, finite, > 0): the time of a round
+    /// drafting k tokens in target steps (C(0) = 1). Empty: C(k) = 1 + draft_cost k.
+    std::vector<double> round_cost{};
     double decay = 0.8;          ///< weight of the previous counts at each round, in [0, 1)
     double prior_accepts = 1.0;  ///< pseudo-counts of the estimate
     double prior_rejects = 1.0;
@@ -281,6 +336,15 @@ class AdaptiveDraftLength {
       throw Error("AdaptiveDraftLength: draft_cost must be finite and >= 0");
     if (!(options_.prior_accepts > 0 && options_.prior_rejects > 0))
       throw Error("AdaptiveDraftLength: the priors must be > 0");
+    if (!options_.round_cost.empty()) {
+      if (options_.round_cost.size() <= options_.max_k)
+        throw Error("AdaptiveDraftLength: round_cost has " +
+                    std::to_string(options_.round_cost.size()) +
+                    " entries, need max_k + 1 = " + std::to_string(options_.max_k + 1));
+      for (const double c : options_.round_cost)
+        if (!(c > 0) || !std::isfinite(c))
+          throw Error("AdaptiveDraftLength: every round_cost must be finite and > 0");
+    }
     reset();
   }
 
@@ -311,7 +375,7 @@ class AdaptiveDraftLength {
       double expected = 0;
       double power = 1;
       for (std::size_t i = 0; i <= k; ++i, power *= a) expected += power;
-      const double rate = expected / (1.0 + options_.draft_cost * static_cast<double>(k));
+      const double rate = expected / cost(k);
       if (rate > best) {
         best = rate;
         k_ = k;
@@ -320,6 +384,12 @@ class AdaptiveDraftLength {
   }
 
   [[nodiscard]] const Options& options() const { return options_; }
+
+  /// C(k): the cost of a round drafting k tokens, in target steps.
+  [[nodiscard]] double cost(std::size_t k) const {
+    return options_.round_cost.empty() ? 1.0 + options_.draft_cost * static_cast<double>(k)
+                                       : options_.round_cost[k];
+  }
 
  private:
   Options options_;

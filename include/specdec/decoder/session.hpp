@@ -31,6 +31,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -168,7 +169,8 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     }
     sampler_.begin(config.sampling, config.seed);
     adaptive_.reset();
-    if (options_.adaptive) adaptive_.emplace(options_.adaptive_options);
+    if (options_.adaptive)
+      adaptive_ = std::make_unique<AdaptiveDraftLength>(options_.adaptive_options);
     sequence_.assign(prompt.begin(), prompt.end());
     begin_turn(prompt, config, callbacks);
     {
@@ -570,7 +572,9 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   const char* name_;
   std::size_t sampler_max_k_;
   Sampler sampler_;
-  std::optional<AdaptiveDraftLength> adaptive_;
+  // A pointer, not std::optional: GCC 12 at -O3 reports a false maybe-uninitialized for an
+  // optional holding the rule's vector of round costs.
+  std::unique_ptr<AdaptiveDraftLength> adaptive_;
 
   // The current generation.
   GenerationConfig config_;
