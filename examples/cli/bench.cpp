@@ -49,6 +49,7 @@ struct BenchOptions {
   std::size_t limit = 0;
   SamplingFlags sampling;
   ModelFlags models;
+  BackendFlag backend;
   bool json = false;
 };
 
@@ -106,6 +107,10 @@ std::string cpu_name() {
   return "unknown";
 }
 
+template <class LM>
+void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalPrompt>& prompts,
+              const std::string& prompt_source);
+
 void run_bench(BenchOptions o) {
   // Models and prompts: the bundled demo pair and its eval prompts unless told otherwise.
   std::optional<std::filesystem::path> demo_dir;
@@ -137,15 +142,23 @@ void run_bench(BenchOptions o) {
     std::erase_if(prompts, [&](const EvalPrompt& p) { return ++seen[p.domain] > o.limit; });
   }
 
-  Model target = open_model(*o.target, "target");
-  std::optional<Model> draft;
-  if (o.draft) draft = open_model(*o.draft, "draft");
+  const Backend backend = o.backend.resolve();
+  on_backend(backend, [&]<class LM>(std::type_identity<LM>) {
+    bench_on<LM>(o, backend, prompts, prompt_source);
+  });
+}
+
+/// The measurements, on the backend's model type LM.
+template <class LM>
+void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalPrompt>& prompts,
+              const std::string& prompt_source) {
+  Model<LM> target = open_model<LM>(*o.target, "target");
+  std::optional<Model<LM>> draft;
+  if (o.draft) draft = open_model<LM>(*o.draft, "draft");
   {
-    std::vector<Model*> models = {&target};
+    std::vector<Model<LM>*> models = {&target};
     if (draft) models.push_back(&*draft);
-    std::vector<cpu::Options> options;
-    for (const Model* m : models) options.push_back(model_options(*m, o.models));
-    start_models(models, options);
+    start_models<LM>(models, o.models);
   }
   if (draft) check_same_vocabulary(target, *draft);
   const std::uint64_t seed = o.sampling.seed.resolve();
@@ -200,8 +213,8 @@ void run_bench(BenchOptions o) {
         config.seed = seed + pi;
         std::vector<token_t> baseline_tokens;
         for (std::size_t si = 0; si < setups.size(); ++si) {
-          const GenerationResult r =
-              run_decode(target, draft ? &*draft : nullptr, setups[si], prompt_ids[pi], config);
+          const GenerationResult r = run_decode<LM>(target, draft ? &*draft : nullptr, setups[si],
+                                                    prompt_ids[pi], config);
           if (si == 0) {
             baseline_tokens = r.tokens;
           } else if (config.sampling.greedy() && rep == 0) {
@@ -276,17 +289,19 @@ void run_bench(BenchOptions o) {
         {"max_new_tokens", o.max_new_tokens},
         {"repeat", o.repeat},
         {"seed", seed},
-        {"threads", target.lm->threads()},
+        {"backend", backend_name(backend)},
+        {"threads", model_threads(*target.lm)},
         {"greedy_runs_compared", greedy_runs},
         {"greedy_runs_identical", greedy_runs - greedy_mismatches},
         {"results", results}};
     print_json(out);
   } else {
     fmt::print(
-        "target {}{}\nprompts {} ({} prompts), {} new tokens each, {} repeat(s), {} thread(s), "
-        "medians\n",
+        "target {}{}\nprompts {} ({} prompts), {} new tokens each, {} repeat(s), {}, medians\n",
         *o.target, o.draft ? "\ndraft  " + *o.draft : std::string(), prompt_source, prompts.size(),
-        o.max_new_tokens, o.repeat, target.lm->threads());
+        o.max_new_tokens, o.repeat,
+        backend == Backend::cuda ? std::string("CUDA backend")
+                                 : fmt::format("{} thread(s)", model_threads(*target.lm)));
     std::string last_group;
     for (const auto& r : results) {
       const std::string group =
@@ -370,6 +385,7 @@ void add_bench(CLI::App& app) {
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
   add_model_flags(*cmd, o->models, true);
+  add_backend_flag(*cmd, o->backend);
   cmd->add_flag("--json", o->json,
                 "print the results as one JSON object (input of tools/plot_bench.py)");
   cmd->callback([o] { run_bench(*o); });
