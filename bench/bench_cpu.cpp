@@ -187,7 +187,7 @@ class BusyProcess {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   CLI::App app{"CPU backend benchmark: decode speed, T(n)/T(1), memory-roofline fraction"};
   std::vector<std::string> models;
   std::vector<std::size_t> thread_counts = {1, 2};
@@ -226,78 +226,85 @@ int main(int argc, char** argv) {
     double file_mb, weights_touched_mb, anon_mb, kv_allocated_mb;
   };
   std::vector<MemoryRow> memory_rows;
-  for (const std::string& path : models) {
-    const Memory before = resident_memory();
-    const specdec::LoadedModel loaded = specdec::load_model(path);
-    const std::size_t weight_bytes = weight_bytes_per_forward(loaded.config, *loaded.weights);
-    const std::string label = loaded.name.empty() ? path : loaded.name;
-    for (std::size_t threads : thread_counts) {
-      specdec::cpu::Transformer model(loaded, {.threads = threads});
-      std::vector<token_t> prompt(context);
-      for (std::size_t i = 0; i < context; ++i)
-        prompt[i] = static_cast<token_t>((i * 7919) % loaded.config.vocab_size);
-      model.forward(prompt);
-      // The machine's bandwidth drifts with its other users: measure before and after, keep the
-      // best.
-      double bandwidth = read_bandwidth(threads);
-      std::vector<Timing> t;
-      for (std::size_t n : ns) t.push_back(time_forward(model, n, context, repeats));
-      bandwidth = std::max(bandwidth, read_bandwidth(threads));
-      // KV read per decode step: K and V of every cached position, every layer.
-      const std::size_t kv_read =
-          loaded.config.n_layers * 2 * loaded.config.kv_dim() * (context + 1) * 4;
-      const double roofline = static_cast<double>(weight_bytes + kv_read) / bandwidth;
-      fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.2f} | {:.1f} | {:.2f} | {:.2f} / {:.2f} |",
-                 label, threads, bandwidth / 1e9, static_cast<double>(weight_bytes) / 1e6,
-                 t[0].median * 1e3, 1.0 / t[0].median, roofline * 1e3, roofline / t[0].median,
-                 roofline / t[0].best);
-      for (std::size_t i = 1; i < ns.size(); ++i)
-        fmt::print(" {:.2f} |", t[i].median / t[0].median);
-      fmt::print("\n");
-      std::fflush(stdout);
-      if (threads == thread_counts.back()) {
-        const Memory after = resident_memory();
-        memory_rows.push_back(
-            {label, static_cast<double>(loaded.weights->total_bytes()) / 1e6,
-             (static_cast<double>(after.file_kb) - static_cast<double>(before.file_kb)) / 1e3,
-             (static_cast<double>(after.anon_kb) - static_cast<double>(before.anon_kb)) / 1e3,
-             static_cast<double>(model.kv_cache_bytes()) / 1e6});
-      }
-    }
-
-    if (noisy) {
-      // One competing CPU-bound process. 1-thread and 2-thread decode alternate in 5 rounds of
-      // `repeats` steps each (the neighbour's effect drifts), on two models that live through
-      // all rounds (like a generation; the 2-thread model's ParallelismChooser keeps learning).
-      BusyProcess neighbour;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      std::vector<std::unique_ptr<specdec::cpu::Transformer>> models;
-      std::vector<std::vector<double>> means(2), medians(2);
-      for (std::size_t threads : {std::size_t{1}, std::size_t{2}}) {
-        models.push_back(std::make_unique<specdec::cpu::Transformer>(
-            loaded, specdec::cpu::Options{.threads = threads}));
-        models.back()->forward(std::vector<token_t>(context, 1));
-      }
-      const auto before = models[1]->threading_stats();
-      for (int round = 0; round < 5; ++round)
-        for (std::size_t i = 0; i < 2; ++i) {
-          const Timing t = time_forward(*models[i], 1, context, repeats);
-          means[i].push_back(t.mean);
-          medians[i].push_back(t.median);
+  bool failed = false;
+  for (const std::string& path : models) try {
+      const Memory before = resident_memory();
+      const specdec::LoadedModel loaded = specdec::load_model(path);
+      const std::size_t weight_bytes = weight_bytes_per_forward(loaded.config, *loaded.weights);
+      const std::string label = loaded.name.empty() ? path : loaded.name;
+      for (std::size_t threads : thread_counts) {
+        specdec::cpu::Transformer model(loaded, {.threads = threads});
+        std::vector<token_t> prompt(context);
+        for (std::size_t i = 0; i < context; ++i)
+          prompt[i] = static_cast<token_t>((i * 7919) % loaded.config.vocab_size);
+        model.forward(prompt);
+        // The machine's bandwidth drifts with its other users: measure before and after, keep the
+        // best.
+        double bandwidth = read_bandwidth(threads);
+        std::vector<Timing> t;
+        for (std::size_t n : ns) t.push_back(time_forward(model, n, context, repeats));
+        bandwidth = std::max(bandwidth, read_bandwidth(threads));
+        // KV read per decode step: K and V of every cached position, every layer.
+        const std::size_t kv_read =
+            loaded.config.n_layers * 2 * loaded.config.kv_dim() * (context + 1) * 4;
+        const double roofline = static_cast<double>(weight_bytes + kv_read) / bandwidth;
+        fmt::print("| {} | {} | {:.1f} | {:.0f} | {:.2f} | {:.1f} | {:.2f} | {:.2f} / {:.2f} |",
+                   label, threads, bandwidth / 1e9, static_cast<double>(weight_bytes) / 1e6,
+                   t[0].median * 1e3, 1.0 / t[0].median, roofline * 1e3, roofline / t[0].median,
+                   roofline / t[0].best);
+        for (std::size_t i = 1; i < ns.size(); ++i)
+          fmt::print(" {:.2f} |", t[i].median / t[0].median);
+        fmt::print("\n");
+        std::fflush(stdout);
+        if (threads == thread_counts.back()) {
+          const Memory after = resident_memory();
+          memory_rows.push_back(
+              {label, static_cast<double>(loaded.weights->total_bytes()) / 1e6,
+               (static_cast<double>(after.file_kb) - static_cast<double>(before.file_kb)) / 1e3,
+               (static_cast<double>(after.anon_kb) - static_cast<double>(before.anon_kb)) / 1e3,
+               static_cast<double>(model.kv_cache_bytes()) / 1e6});
         }
-      const auto after = models[1]->threading_stats();
-      for (std::size_t i = 0; i < 2; ++i)
+      }
+
+      if (noisy) {
+        // One competing CPU-bound process. 1-thread and 2-thread decode alternate in 5 rounds of
+        // `repeats` steps each (the neighbour's effect drifts), on two models that live through
+        // all rounds (like a generation; the 2-thread model's ParallelismChooser keeps learning).
+        BusyProcess neighbour;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::vector<std::unique_ptr<specdec::cpu::Transformer>> models;
+        std::vector<std::vector<double>> means(2), medians(2);
+        for (std::size_t threads : {std::size_t{1}, std::size_t{2}}) {
+          models.push_back(std::make_unique<specdec::cpu::Transformer>(
+              loaded, specdec::cpu::Options{.threads = threads}));
+          models.back()->forward(std::vector<token_t>(context, 1));
+        }
+        const auto before = models[1]->threading_stats();
+        for (int round = 0; round < 5; ++round)
+          for (std::size_t i = 0; i < 2; ++i) {
+            const Timing t = time_forward(*models[i], 1, context, repeats);
+            means[i].push_back(t.mean);
+            medians[i].push_back(t.median);
+          }
+        const auto after = models[1]->threading_stats();
+        for (std::size_t i = 0; i < 2; ++i)
+          fmt::print(
+              "noisy neighbour: {} threads={} decode T(1) mean {:.2f} ms (= {:.1f} tok/s), median "
+              "{:.2f} ms (medians of 5 alternating rounds of {} steps)\n",
+              label, i + 1, median(means[i]) * 1e3, 1.0 / median(means[i]),
+              median(medians[i]) * 1e3, repeats);
         fmt::print(
-            "noisy neighbour: {} threads={} decode T(1) mean {:.2f} ms (= {:.1f} tok/s), median "
-            "{:.2f} ms (medians of 5 alternating rounds of {} steps)\n",
-            label, i + 1, median(means[i]) * 1e3, 1.0 / median(means[i]), median(medians[i]) * 1e3,
-            repeats);
-      fmt::print(
-          "noisy neighbour: the 2-thread model ran {} of {} steps on the calling thread alone\n",
-          after.alone - before.alone,
-          after.alone + after.with_workers - before.alone - before.with_workers);
+            "noisy neighbour: the 2-thread model ran {} of {} steps on the calling thread alone\n",
+            after.alone - before.alone,
+            after.alone + after.with_workers - before.alone - before.with_workers);
+      }
+    } catch (const specdec::Error& e) {
+      // A file that does not load (unsupported tensor type, bad file) is reported, not fatal to
+      // the other models' measurements.
+      std::fflush(stdout);
+      fmt::print(stderr, "bench_cpu: {}\n", e.what());
+      failed = true;
     }
-  }
   fmt::print(
       "\nResident memory added by each model (loaded, one Transformer, {} positions used):\n",
       context + 16);
@@ -309,5 +316,8 @@ int main(int argc, char** argv) {
   for (const MemoryRow& m : memory_rows)
     fmt::print("| {} | {:.0f} | {:.0f} | {:.1f} | {:.0f} |\n", m.label, m.file_mb,
                m.weights_touched_mb, m.anon_mb, m.kv_allocated_mb);
-  return 0;
+  return failed ? 1 : 0;
+} catch (const std::exception& e) {  // e.g. SPECDEC_CPU_ISA naming an unsupported level
+  fmt::print(stderr, "bench_cpu: {}\n", e.what());
+  return 1;
 }

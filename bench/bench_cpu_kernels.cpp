@@ -1,19 +1,24 @@
 // Google Benchmark of the CPU backend's matrix kernels, one thread: BM_matmul on a weight matrix
 // that fits in L2 (so the numbers show the compute side of each kernel, not the memory system),
-// BM_matmul_stream on one far larger than the caches (BF16 and Q8_0 only):
-//   specdec_bench_cpu_kernels --benchmark_filter=BM_matmul/3/
-// Arguments: dtype (0 f32, 1 f16, 2 bf16, 3 q8_0), tokens n, Isa (0 portable .. 3 amx).
-// Counters: weight bytes streamed per second (what must exceed the DRAM bandwidth per core for
-// decode to be memory-bound) and tokens x weights per second.
+// BM_matmul_stream on one of about 768 MB, more than the last-level cache (the memory side: what
+// one core streams, and whether the work for n tokens hides behind it), BM_read_stream the plain
+// read of as many bytes (its roofline):
+//   specdec_bench_cpu_kernels --benchmark_filter='BM_matmul/11/'
+// Arguments: dtype (its index in the DType enum: 0 f32, 1 f16, 2 bf16, 3 q4_0, 4 q4_1, 5 q5_0,
+// 6 q5_1, 7 q8_0, 8 q2_k, 9 q3_k, 10 q4_k, 11 q5_k, 12 q6_k, 13 iq4_nl, 14 iq4_xs), tokens n,
+// Isa (0 portable .. 3 amx). Counters: weight bytes streamed per second (what must exceed the
+// DRAM bandwidth per core for decode to be memory-bound) and tokens x weights per second.
+// Weights are random blocks (random_blocks(): finite scales; values do not change timings).
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <cstring>
-#include <random>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "specdec/cpu/kernels.hpp"
-#include "specdec/model/quants.hpp"
+#include "specdec/model/random_blocks.hpp"
 #include "specdec/model/weights.hpp"
 
 namespace {
@@ -21,54 +26,45 @@ namespace {
 using namespace specdec;
 using cpu::Isa;
 
-constexpr DType dtypes[] = {DType::f32, DType::f16, DType::bf16, DType::q8_0};
-
 /// Which kernel an Isa level picks beyond its name: the AVX-512 extensions it uses when present.
 std::string kernel_note(Isa isa, DType dtype) {
   if (isa != Isa::avx512) return "";
-  if (dtype == DType::q8_0) return cpu::cpu_features().avx512_vnni ? " (vnni)" : " (avx2 kernel)";
+  if (!is_float_dtype(dtype)) return cpu::cpu_features().avx512_vnni ? " (vnni)" : " (avx2 kernel)";
   if (dtype == DType::bf16 && cpu::cpu_features().avx512_bf16) return " (avx512_bf16)";
   return "";
 }
 
+/// A weight matrix of `rows` x `cols` random blocks, made once per (dtype, shape) and kept: the
+/// streamed ones are large.
+const std::vector<std::byte>& weights(DType dtype, std::size_t rows, std::size_t cols) {
+  struct Entry {
+    DType dtype;
+    std::size_t rows, cols;
+    std::vector<std::byte> bytes;
+  };
+  static std::vector<std::unique_ptr<Entry>> cache;
+  for (const auto& e : cache)
+    if (e->dtype == dtype && e->rows == rows && e->cols == cols) return e->bytes;
+  if (rows * cols > (std::size_t{1} << 26)) cache.clear();  // one large matrix at a time
+  auto e = std::make_unique<Entry>(Entry{dtype, rows, cols, {}});
+  e->bytes.resize(rows * dtype_row_bytes(dtype, cols, "bench"));
+  random_blocks(dtype, e->bytes, 1, 1.0f);
+  cache.push_back(std::move(e));
+  return cache.back()->bytes;
+}
+
 void run_matmul(benchmark::State& state, std::size_t rows, std::size_t cols) {
-  const DType dtype = dtypes[state.range(0)];
+  const auto dtype = static_cast<DType>(state.range(0));
   const auto n = static_cast<std::size_t>(state.range(1));
   const auto isa = static_cast<Isa>(state.range(2));
   if (!cpu::isa_supported(isa)) {
     state.SkipWithError("Isa not supported here");
     return;
   }
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> w(rows * cols), x(n * cols);
-  for (auto& v : w) v = u(rng);
-  for (auto& v : x) v = u(rng);
-  std::vector<std::byte> bytes;
-  std::size_t row_bytes = 0;
-  switch (dtype) {
-    case DType::f32:
-      row_bytes = cols * 4;
-      bytes.resize(rows * row_bytes);
-      std::memcpy(bytes.data(), w.data(), bytes.size());
-      break;
-    case DType::f16:
-    case DType::bf16:
-      row_bytes = cols * 2;
-      bytes.resize(rows * row_bytes);
-      for (std::size_t i = 0; i < w.size(); ++i) {
-        const std::uint16_t h = dtype == DType::f16 ? fp32_to_fp16(w[i]) : fp32_to_bf16(w[i]);
-        std::memcpy(bytes.data() + 2 * i, &h, 2);
-      }
-      break;
-    default:
-      row_bytes = dtype_row_bytes(dtype, cols, "bench");
-      bytes.resize(rows * row_bytes);
-      for (std::size_t r = 0; r < rows; ++r)
-        quant::quantize(dtype, std::span<const float>(w.data() + r * cols, cols),
-                        std::span<std::byte>(bytes.data() + r * row_bytes, row_bytes));
-  }
-  const cpu::MatrixRef m{dtype, bytes.data(), rows, cols, row_bytes};
+  const std::vector<std::byte>& bytes = weights(dtype, rows, cols);
+  const cpu::MatrixRef m{dtype, bytes.data(), rows, cols, dtype_row_bytes(dtype, cols, "bench")};
+  std::vector<float> x(n * cols);
+  random_blocks(DType::f32, {reinterpret_cast<std::byte*>(x.data()), x.size() * 4}, 2, 1.0f);
   cpu::PackedInput packed;
   packed.pack(isa, dtype, x.data(), n, cols, cols);
   std::vector<float> y(n * rows);
@@ -87,12 +83,29 @@ void run_matmul(benchmark::State& state, std::size_t rows, std::size_t cols) {
 /// A matrix that fits in L2: the compute side of each kernel.
 void BM_matmul(benchmark::State& state) { run_matmul(state, 128, 2048); }
 
-/// A matrix far larger than the last-level cache (256 MB in BF16): what one thread gets from
-/// memory, and whether a kernel's work for n tokens hides behind the weight stream.
-void BM_matmul_stream(benchmark::State& state) { run_matmul(state, 65536, 2048); }
+/// About 768 MB of weights, more than the last-level cache: the memory side.
+void BM_matmul_stream(benchmark::State& state) {
+  const auto dtype = static_cast<DType>(state.range(0));
+  run_matmul(state, (std::size_t{768} << 20) / dtype_row_bytes(dtype, 2048, "bench") / 16 * 16,
+             2048);
+}
+
+/// The roofline of BM_matmul_stream: one thread summing a 768 MB buffer of uint64 (8 partial
+/// sums, vectorised by the compiler), in the same process right next to it.
+void BM_read_stream(benchmark::State& state) {
+  static const std::vector<std::uint64_t> buffer((std::size_t{768} << 20) / 8, 1);
+  for (auto _ : state) {
+    std::uint64_t s[8] = {};
+    for (std::size_t i = 0; i < buffer.size(); i += 8)
+      for (int j = 0; j < 8; ++j) s[j] += buffer[i + j];
+    benchmark::DoNotOptimize(s);
+  }
+  state.counters["bytes/s"] =
+      benchmark::Counter(static_cast<double>(buffer.size() * 8), benchmark::Counter::kIsRate);
+}
 
 void BM_pack(benchmark::State& state) {
-  const DType dtype = dtypes[state.range(0)];
+  const auto dtype = static_cast<DType>(state.range(0));
   const auto n = static_cast<std::size_t>(state.range(1));
   const Isa isa = cpu::best_isa();
   const std::size_t cols = 2048;
@@ -102,18 +115,26 @@ void BM_pack(benchmark::State& state) {
   state.SetLabel(dtype_name(dtype));
 }
 
+/// Every DType's index.
+std::vector<std::int64_t> all_dtype_indices() {
+  std::vector<std::int64_t> v;
+  for (DType t : all_dtypes()) v.push_back(static_cast<std::int64_t>(t));
+  return v;
+}
+
 }  // namespace
 
 BENCHMARK(BM_matmul)
-    ->ArgsProduct({{0, 1, 2, 3}, {1, 4, 8, 16}, {0, 1, 2, 3}})
+    ->ArgsProduct({all_dtype_indices(), {1, 2, 4, 8, 16}, {0, 1, 2, 3}})
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_matmul_stream)
-    ->ArgsProduct({{2, 3},
-                   {1, 4, 8, 16},
+    ->ArgsProduct({all_dtype_indices(),
+                   {1, 2, 4, 8, 16},
                    {static_cast<int>(Isa::avx2), static_cast<int>(Isa::avx512)}})
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_pack)->ArgsProduct({{0, 2, 3}, {1, 16}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_read_stream)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_pack)->ArgsProduct({{0, 2, 7, 10}, {1, 16}})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

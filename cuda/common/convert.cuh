@@ -48,6 +48,20 @@ SPECDEC_DEVICE void unpack8(const uint4& packed, float (&out)[8], __nv_bfloat16 
   }
 }
 
+/// Eight floats rounded to T (__half or __nv_bfloat16, nearest even) as one 128-bit word, in
+/// memory order.
+template <class T>
+SPECDEC_DEVICE uint4 pack8(const float (&v)[8]) {
+  unsigned words[4];
+  SPECDEC_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const T pair[2] = {from_float<T>(v[2 * i]), from_float<T>(v[2 * i + 1])};
+    static_assert(sizeof(pair) == sizeof(words[i]));
+    memcpy(&words[i], static_cast<const void*>(pair), sizeof(pair));
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
 /// A 128-bit load that bypasses L1 (the weights are streamed once per forward pass).
 SPECDEC_DEVICE uint4 load_streaming(const uint4* p) {
 #if defined(__CUDA_ARCH__)

@@ -100,25 +100,34 @@ SPECDEC_DEVICE float warp_max(float v) {
 /// The combination tree of every slot is the plain butterfly's (partners differing in the
 /// highest lane bit of the group first, then the next, ... bit 0), so the result for a slot does
 /// not depend on N: this is what makes the skinny GEMM batch-invariant.
+namespace detail {
+/// One reduce-scatter step of warp_sum_scatter on the first Count values (a template recursion
+/// rather than a loop, so that every loop has a compile-time trip count and nvcc unrolls it
+/// completely: the values stay in registers).
+template <int Count, int Offset, int N>
+SPECDEC_DEVICE void scatter_steps(float (&v)[N], int lane) {
+  if constexpr (Count > 1) {
+    const bool upper = (lane & Offset) != 0;
+    SPECDEC_UNROLL
+    for (int i = 0; i < Count / 2; ++i) {
+      const float send = upper ? v[i] : v[i + Count / 2];
+      const float keep = upper ? v[i + Count / 2] : v[i];
+      v[i] = keep + __shfl_xor_sync(kFullMask, send, Offset);
+    }
+    scatter_steps<Count / 2, Offset / 2>(v, lane);
+  }
+}
+}  // namespace detail
+
 template <int N, int Width = kWarpSize>
 SPECDEC_DEVICE float warp_sum_scatter(float (&v)[N]) {
   static_assert(N >= 1 && N <= Width && (N & (N - 1)) == 0);
   static_assert(Width <= kWarpSize && (Width & (Width - 1)) == 0);
-  const int lane = lane_id();
-  int offset = Width / 2;
-  SPECDEC_UNROLL
-  for (int count = N; count > 1; count /= 2, offset /= 2) {
-    const bool upper = (lane & offset) != 0;
-    SPECDEC_UNROLL
-    for (int i = 0; i < count / 2; ++i) {
-      const float send = upper ? v[i] : v[i + count / 2];
-      const float keep = upper ? v[i + count / 2] : v[i];
-      v[i] = keep + __shfl_xor_sync(kFullMask, send, offset);
-    }
-  }
+  detail::scatter_steps<N, Width / 2>(v, lane_id());
   float s = v[0];
   SPECDEC_UNROLL
-  for (; offset > 0; offset /= 2) s += __shfl_xor_sync(kFullMask, s, offset);
+  for (int offset = Width / N / 2; offset > 0; offset /= 2)
+    s += __shfl_xor_sync(kFullMask, s, offset);
   return s;
 }
 

@@ -26,7 +26,7 @@
 namespace {
 
 using specdec::cuda::KvType;
-using specdec::cuda::WeightType;
+using specdec::DType;
 namespace dev = specdec::cuda::dev;
 namespace k = specdec::cuda::kernels;
 namespace ref = specdec::test::ref;
@@ -77,10 +77,10 @@ int main(int argc, char** argv) {
       std::vector<float> vf = v_values;
       std::vector<std::uint16_t> k16, v16;
       if (kv == KvType::f16) {
-        k16 = ref::to_bits(kf, WeightType::f16);
-        v16 = ref::to_bits(vf, WeightType::f16);
-        kf = ref::from_bits(k16, WeightType::f16);
-        vf = ref::from_bits(v16, WeightType::f16);
+        k16 = ref::to_bits(kf, DType::f16);
+        v16 = ref::to_bits(vf, DType::f16);
+        kf = ref::from_bits(k16, DType::f16);
+        vf = ref::from_bits(v16, DType::f16);
       }
       dev::Buffer<std::uint16_t> d_k16(k16), d_v16(v16);
       dev::Buffer<float> d_k32(kv == KvType::f32 ? kf : std::vector<float>{});

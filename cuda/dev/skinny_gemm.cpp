@@ -1,14 +1,16 @@
 // Harness of the skinny GEMM (cuda/kernels/skinny_gemm.cu): y = x W^T for n <= 16 tokens,
-// every weight format of the CUDA backend (kFormats), several block sizes (variants).
+// every weight type the CUDA backend has kernels for (all of the model layer's DTypes), several
+// block sizes (variants).
 //
-//   W  [out][in]  the weight format's encoding (16-bit: f16 / bf16)
+//   W  [out][in]  the type's blocks as a model file stores them (tests/cuda/random_weights.hpp)
 //   x  [n][in]    f32 activations
 //   y  [n][out]   f32
 //
 // Check: every output against the double-precision reference (tests/cuda/reference.hpp) on the
-// decoded weights, within 1e-5 relative + 1e-5 sqrt(in) absolute (the kernel's f32 FMA chain).
-// On large shapes a sample of rows is checked (the reference costs out x in x n MACs).
-// Bandwidth: bytes = the weights (out x in x bytes per weight) + x + y, read or written once.
+// weights dequantised by the model layer, within 1e-5 relative + 1e-5 sqrt(in) absolute (the
+// kernel's f32 FMA chain). On large shapes a sample of rows is checked (the reference costs
+// out x in x n MACs). Bandwidth: bytes = the weights (out x in x bytes per weight of the type)
+// + x + y, read or written once.
 //
 //   cuda_dev_skinny_gemm [--check]     GPU: TinyLlama-1.1B and Qwen2.5-Coder-1.5B shapes
 //   cuda_emu_dev_skinny_gemm           emulator: small shapes, checks only (ctest)
@@ -18,44 +20,25 @@
 
 #include "harness.hpp"
 #include "kernels/skinny_gemm.hpp"
+#include "random_weights.hpp"
 #include "reference.hpp"
+#include "specdec/model/dtype.hpp"
 
 namespace {
 
-using specdec::cuda::WeightType;
+using specdec::DType;
 namespace dev = specdec::cuda::dev;
 namespace ref = specdec::test::ref;
 
-// ---------------------------------------------------------------- weight formats
-// Adding a weight type is one line here: its WeightType, its bytes per weight (for the
-// bandwidth), its encoder from f32 and its decoder back (what the kernel must compute with).
-
-template <WeightType T>
-std::vector<std::uint8_t> encode_16bit(const std::vector<float>& w) {
-  const std::vector<std::uint16_t> bits = ref::to_bits(w, T);
-  std::vector<std::uint8_t> bytes(bits.size() * 2);
-  std::memcpy(bytes.data(), bits.data(), bytes.size());
-  return bytes;
+/// The weights the kernel must compute with: the model layer's dequantisation of the blocks.
+std::vector<float> decode(DType t, const std::vector<std::uint8_t>& bytes, int out, int in) {
+  std::vector<float> w(static_cast<std::size_t>(out) * in);
+  const std::size_t row_bytes = specdec::dtype_row_bytes(t, static_cast<std::size_t>(in), "W");
+  for (int r = 0; r < out; ++r)
+    specdec::dequantize(t, reinterpret_cast<const std::byte*>(bytes.data()) + r * row_bytes,
+                        w.data() + static_cast<std::size_t>(r) * in, static_cast<std::size_t>(in));
+  return w;
 }
-template <WeightType T>
-std::vector<float> decode_16bit(const std::vector<std::uint8_t>& bytes) {
-  std::vector<std::uint16_t> bits(bytes.size() / 2);
-  std::memcpy(bits.data(), bytes.data(), bytes.size());
-  return ref::from_bits(bits, T);
-}
-
-struct Format {
-  const char* name;
-  WeightType type;
-  double bytes_per_weight;
-  std::vector<std::uint8_t> (*encode)(const std::vector<float>&);
-  std::vector<float> (*decode)(const std::vector<std::uint8_t>&);
-};
-
-const Format kFormats[] = {
-    {"f16", WeightType::f16, 2.0, encode_16bit<WeightType::f16>, decode_16bit<WeightType::f16>},
-    {"bf16", WeightType::bf16, 2.0, encode_16bit<WeightType::bf16>, decode_16bit<WeightType::bf16>},
-};
 
 // ---------------------------------------------------------------- shapes and variants
 
@@ -69,8 +52,11 @@ const std::vector<Shape> kGpuShapes = {
     {"TinyLlama gate/up", 11264, 2048}, {"TinyLlama down", 2048, 5632},
     {"TinyLlama head", 32000, 2048},    {"Qwen2.5-1.5B head", 151936, 1536},
 };
-const std::vector<Shape> kEmulatedShapes = {
-    {"small", 37, 64}, {"long rows", 9, 520}, {"scalar path (in % 8 != 0)", 20, 100}};
+// (A shape runs for the types whose block size divides `in`.)
+const std::vector<Shape> kEmulatedShapes = {{"small", 37, 256},
+                                            {"long rows", 9, 1024},
+                                            {"896-wide rows (32-blocks)", 5, 896},
+                                            {"scalar path (in % 8 != 0)", 20, 100}};
 
 /// Rows of the reference to compute: all of them on small shapes, 97 spread ones otherwise.
 std::vector<int> rows_to_check(int out) {
@@ -91,11 +77,17 @@ int main(int argc, char** argv) {
   const std::vector<int> warp_variants =
       dev::kEmulated ? std::vector<int>{1, 4} : std::vector<int>{2, 4, 8};
 
-  for (const Format& f : kFormats) {
+  for (const DType type : specdec::all_dtypes()) {
+    if (!specdec::cuda::kernels::has_weight_kernels(type)) continue;
+    const std::string name = specdec::dtype_name(type);
+    const double bytes_per_weight = static_cast<double>(specdec::dtype_block_bytes(type)) /
+                                    static_cast<double>(specdec::dtype_block_elems(type));
     for (const Shape& s : shapes) {
-      const auto w_bytes = f.encode(dev::random_floats(static_cast<std::size_t>(s.out) * s.in,
-                                                       70u + static_cast<std::uint32_t>(s.in)));
-      const std::vector<float> w = f.decode(w_bytes);
+      if (static_cast<std::size_t>(s.in) % specdec::dtype_block_elems(type) != 0) continue;
+      const auto w_bytes = specdec::test::random_weights(
+          type, static_cast<std::size_t>(s.out), static_cast<std::size_t>(s.in),
+          70u + static_cast<std::uint32_t>(s.in), 0.5f);
+      const std::vector<float> w = decode(type, w_bytes, s.out, s.in);
       dev::Buffer<std::uint8_t> d_w(w_bytes);
       for (const int n : ns) {
         const auto x = dev::random_floats(static_cast<std::size_t>(n) * s.in, 71u + n);
@@ -110,7 +102,7 @@ int main(int argc, char** argv) {
         const auto expected = ref::gemm_xwT(w_rows, x, n, static_cast<int>(rows.size()), s.in);
         for (const int warps : warp_variants) {
           auto launch = [&] {
-            specdec::cuda::kernels::skinny_gemm(f.type, d_w.get(), d_x.get(), d_y.get(), n, s.out,
+            specdec::cuda::kernels::skinny_gemm(type, d_w.get(), d_x.get(), d_y.get(), n, s.out,
                                                 s.in, nullptr, warps);
           };
           launch();
@@ -129,10 +121,9 @@ int main(int argc, char** argv) {
           }
           const double ms = h.timing() ? dev::time_ms(launch) : 0.0;
           const double bytes =
-              static_cast<double>(s.out) * s.in * f.bytes_per_weight + 4.0 * n * (s.in + s.out);
-          h.row(std::string(f.name) + " " + s.what + " " + std::to_string(s.out) + "x" +
-                    std::to_string(s.in) + " n=" + std::to_string(n) +
-                    " warps=" + std::to_string(warps),
+              static_cast<double>(s.out) * s.in * bytes_per_weight + 4.0 * n * (s.in + s.out);
+          h.row(name + " " + s.what + " " + std::to_string(s.out) + "x" + std::to_string(s.in) +
+                    " n=" + std::to_string(n) + " warps=" + std::to_string(warps),
                 ok, dev::error_text(worst), ms, bytes);
         }
       }

@@ -15,9 +15,9 @@ class Blas {
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
 
-  /// y[n][out] = x[n][in] W[out][in]^T: W and x of `type` (16-bit), y f32, f32 accumulation
-  /// (device pointers). Enqueued on `stream`.
-  void gemm_xwT(WeightType type, const void* w, const void* x, float* y, int n, int out, int in,
+  /// y[n][out] = x[n][in] W[out][in]^T: W and x of `type` (F16 or BF16), y f32 with row t at
+  /// y + t * ldy (ldy >= out), f32 accumulation (device pointers). Enqueued on `stream`.
+  void gemm_xwT(DType type, const void* w, const void* x, float* y, int n, int out, int in, int ldy,
                 cudaStream_t stream);
 
  private:

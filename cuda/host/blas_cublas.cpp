@@ -1,6 +1,7 @@
 // Blas through cuBLAS (nvcc build). Row-major y[n][out] = x W^T is, read column-major,
 // y^T (out x n) = W^T... cuBLAS sees W as a column-major in x out matrix (lda = in), so
-// op(A) = A^T gives the out x in weight, and x as a column-major in x n matrix (ldb = in).
+// op(A) = A^T gives the out x in weight, and x as a column-major in x n matrix (ldb = in); y is
+// column-major out x n with ldc = ldy (a slice of wider rows when ldy > out).
 #include <cublas_v2.h>
 
 #include <string>
@@ -30,15 +31,16 @@ Blas::~Blas() {
   if (handle_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(handle_));
 }
 
-void Blas::gemm_xwT(WeightType type, const void* w, const void* x, float* y, int n, int out, int in,
-                    cudaStream_t stream) {
+void Blas::gemm_xwT(DType type, const void* w, const void* x, float* y, int n, int out, int in,
+                    int ldy, cudaStream_t stream) {
+  if (!is_16bit(type)) throw Error("Blas::gemm_xwT: the input type must be F16 or BF16");
   auto h = static_cast<cublasHandle_t>(handle_);
   check(cublasSetStream(h, stream), "cublasSetStream");
-  const cudaDataType_t ab = type == WeightType::f16 ? CUDA_R_16F : CUDA_R_16BF;
+  const cudaDataType_t ab = type == DType::f16 ? CUDA_R_16F : CUDA_R_16BF;
   const float alpha = 1.0f;
   const float beta = 0.0f;
   check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, ab, in, x, ab, in, &beta,
-                     y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
 }
 

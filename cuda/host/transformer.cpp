@@ -3,9 +3,11 @@
 //
 // Device memory:
 //   weights     per layer W_qkv [(n_heads + 2 n_kv) head_dim][dim] (q, k, v rows concatenated:
-//               one skinny GEMM reads them in one pass), W_o [dim][q_dim], W_gate_up
-//               [2 ffn][dim] (gate rows, then up rows), W_down [dim][ffn], all f16 or bf16; norms,
-//               biases and rotary frequencies f32; token embedding and output head 16-bit.
+//               one skinny GEMM reads them in one pass when they share a type), W_o [dim][q_dim],
+//               W_gate_up [2 ffn][dim] (gate rows, then up rows), W_down [dim][ffn], the token
+//               embedding and the output head: each in the file's type, as the file's bytes
+//               (quantised blocks included; F32 matrices rounded to Options::weights); norms,
+//               biases and rotary frequencies f32.
 //   KV cache    K and V: [n_layers][n_kv][capacity][head_dim], f16 or f32. rollback() only moves
 //               the end (O(1)); positions beyond it are overwritten by later steps.
 //   activations [max_step_tokens] rows each; the logits buffer grows to the longest forward().
@@ -14,15 +16,15 @@
 //   embedding -> per layer: RMSNorm (+ residual) -> QKV GEMM -> rotary + KV write -> attention ->
 //   O GEMM -> RMSNorm + residual -> gate/up GEMM -> SwiGLU -> down GEMM -> ... -> final RMSNorm
 //   (+ residual) -> output GEMM into the logits rows.
-// GEMMs use the skinny kernel for n <= 16 and cuBLAS (activations converted to 16-bit) beyond.
+// GEMMs use the skinny kernel for n <= 16 (any weight type, dequantised in registers) and cuBLAS
+// beyond (activations converted to Options::weights' 16-bit type; matrices of another type
+// dequantised to it in row chunks of a scratch buffer before each product).
 // Steps with n <= 16 are captured into CUDA graphs (host/graph.hpp) keyed by (n, attention
 // splits, the key of appended work) and replayed. The token ids and the start position reach the
 // device through a ring of pinned staging slots, each reused only after the copies that last read
 // it have run (an event per slot), so consecutive steps are enqueued without waiting for the GPU.
 #include "specdec/cuda/transformer.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -32,6 +34,7 @@
 #include <cstring>
 #include <limits>
 #include <numbers>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,6 +49,7 @@
 #include "kernels/rope_kv.hpp"
 #include "kernels/skinny_gemm.hpp"
 #include "kernels/swiglu.hpp"
+#include "specdec/model/quants.hpp"
 
 namespace specdec::cuda {
 
@@ -61,22 +65,15 @@ std::string gib(std::size_t bytes) {
   return fmt::format("{:.2f}", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
 }
 
-WeightType weight_type(Options::Weights w) {
-  return w == Options::Weights::f16 ? WeightType::f16 : WeightType::bf16;
+DType half_type(Options::Weights w) {
+  return w == Options::Weights::f16 ? DType::f16 : DType::bf16;
 }
 KvType kv_type(Options::Kv k) { return k == Options::Kv::f16 ? KvType::f16 : KvType::f32; }
 
-std::uint16_t to_16bit(float v, WeightType type) {
-  std::uint16_t bits = 0;
-  if (type == WeightType::f16) {
-    const __half h = __float2half_rn(v);
-    std::memcpy(&bits, &h, sizeof bits);
-  } else {
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    std::memcpy(&bits, &h, sizeof bits);
-  }
-  return bits;
-}
+/// Prefill steps dequantise a matrix for cuBLAS in row chunks of a scratch buffer of this size
+/// by default (Options::prefill_scratch_bytes), so that a large output head needs no full 16-bit
+/// copy.
+constexpr std::size_t kPrefillScratchBytes = std::size_t{32} << 20;
 
 const Tensor& matrix(const WeightStore& w, const std::string& name, std::size_t rows,
                      std::size_t cols) {
@@ -85,28 +82,41 @@ const Tensor& matrix(const WeightStore& w, const std::string& name, std::size_t 
     throw Error(fmt::format("cuda::Transformer: tensor {} has shape [{}], expected [{}, {}]", name,
                             fmt::join(t.shape, ", "), rows, cols));
   }
+  if (!kernels::has_weight_kernels(t.dtype)) {
+    throw Error(
+        fmt::format("cuda::Transformer: tensor {} has type {}, which the CUDA backend "
+                    "cannot multiply",
+                    name, dtype_name(t.dtype)));
+  }
+  const std::size_t row_bytes = dtype_row_bytes(t.dtype, cols, "tensor " + name);
+  if (t.data == nullptr || t.nbytes < rows * row_bytes) {
+    throw Error(fmt::format("cuda::Transformer: tensor {} has {} bytes of data for [{}, {}] {}",
+                            name, t.nbytes, rows, cols, dtype_name(t.dtype)));
+  }
   return t;
 }
 
-/// Appends the tensor's rows to `out` as 16-bit values of `type`: raw bytes when the file already
-/// stores that type, otherwise dequantised to f32 (the model layer's dequantisers) and rounded.
-void append_16bit(const Tensor& t, WeightType type, std::vector<std::uint16_t>& out) {
-  const bool same = (t.dtype == DType::f16 && type == WeightType::f16) ||
-                    (t.dtype == DType::bf16 && type == WeightType::bf16);
-  const std::size_t rows = t.rows();
-  const std::size_t cols = t.cols();
+/// The device type of a matrix: the file's, except F32, which becomes `f32_as` (F16 or BF16).
+DType device_type(const Tensor& t, DType f32_as) {
+  return t.dtype == DType::f32 ? f32_as : t.dtype;
+}
+
+/// Appends the tensor's rows in the device type: the file's bytes as they are (blocks of a
+/// quantised type included), F32 rounded to F16 / BF16 (the model layer's conversion).
+void append_rows(const Tensor& t, DType type, std::vector<std::uint8_t>& out) {
   const std::size_t at = out.size();
-  out.resize(at + rows * cols);
-  if (same) {
-    std::memcpy(out.data() + at, t.data, rows * cols * sizeof(std::uint16_t));
+  if (t.dtype == type) {
+    const std::size_t bytes = t.rows() * dtype_row_bytes(t.dtype, t.cols(), "tensor " + t.name);
+    out.insert(out.end(), reinterpret_cast<const std::uint8_t*>(t.data),
+               reinterpret_cast<const std::uint8_t*>(t.data) + bytes);
     return;
   }
-  const std::size_t row_bytes = dtype_row_bytes(t.dtype, cols, "tensor " + t.name);
-  std::vector<float> row(cols);
-  for (std::size_t r = 0; r < rows; ++r) {
-    dequantize(t.dtype, t.data + r * row_bytes, row.data(), cols);
-    for (std::size_t c = 0; c < cols; ++c) out[at + r * cols + c] = to_16bit(row[c], type);
-  }
+  const std::size_t count = t.elements();
+  std::vector<float> values(count);
+  dequantize(t.dtype, t.data, values.data(), count);  // F32: a copy
+  out.resize(at + count * 2);
+  quant::quantize(type, values,
+                  std::span<std::byte>(reinterpret_cast<std::byte*>(out.data() + at), count * 2));
 }
 
 std::vector<float> vector_f32(const WeightStore& w, const std::string& name, std::size_t size) {
@@ -163,8 +173,30 @@ DeviceArray<T> upload(const std::vector<T>& values) {
   return d;
 }
 
+/// A weight matrix in device memory, in its device type (device_type()): `rows` rows of `cols`
+/// weights, row r at data + r * dtype_row_bytes(type, cols). Non-owning (Impl::storage owns).
+struct Matrix {
+  DType type = DType::f16;
+  const void* data = nullptr;
+  std::size_t rows = 0, cols = 0;
+};
+
+/// The output rows of one projection: the stacked tensors (q, k, v or gate, up), each
+/// consecutive run of one device type stored as one matrix. With a uniform type (the common case)
+/// that is one matrix and one GEMM; a quantised file that mixes types within a projection (e.g.
+/// Q4_K attn_q / attn_k with a Q6_K attn_v) gets one GEMM per run, each writing its rows of the
+/// output (row stride `rows`).
+struct Projection {
+  struct Part {
+    Matrix matrix;
+    std::size_t first_row = 0;  ///< of the projection's output
+  };
+  std::vector<Part> parts;
+  std::size_t rows = 0;
+};
+
 struct Layer {
-  DeviceArray<std::uint16_t> w_qkv, w_o, w_gate_up, w_down;
+  Projection qkv, o, gate_up, down;
   DeviceArray<float> attn_norm, ffn_norm, qkv_bias, q_norm, k_norm;
 };
 
@@ -174,7 +206,7 @@ struct Transformer::Impl {
   ModelConfig config;
   std::shared_ptr<const WeightStore> weights;  // kept for the lifetime (cheap: shared)
   Options options;
-  WeightType wtype{};
+  DType half{};  // Options::weights: F32 matrices and the prefill GEMMs' inputs
   KvType kvtype{};
   std::size_t capacity = 0;
   std::size_t cached = 0;
@@ -188,7 +220,9 @@ struct Transformer::Impl {
   cudaStream_t stream = nullptr;
   std::unique_ptr<Blas> blas;
 
-  DeviceArray<std::uint16_t> embed, output;  // output empty when tied
+  std::vector<DeviceArray<std::uint8_t>> storage;  // every weight matrix's bytes
+  Matrix embed;                                    // [vocab][dim]
+  Projection head;                                 // [vocab][dim]: the embedding when tied
   DeviceArray<float> output_norm, inv_freq;
   std::vector<Layer> layers;
   DeviceArray<std::uint8_t> k_cache, v_cache;  // [n_layers][n_kv][capacity][head_dim]
@@ -197,7 +231,8 @@ struct Transformer::Impl {
   DeviceArray<token_t> tokens;
   DeviceArray<int> start;
   DeviceArray<float> h, xn, qkv, q, att, delta, gate_up, act, attn_work;
-  DeviceArray<std::uint16_t> x16;  // activations for cuBLAS
+  DeviceArray<std::uint16_t> x16;  // prefill: activations for cuBLAS, [step_tokens][max in]
+  DeviceArray<std::uint16_t> w16;  // prefill: a row chunk of a dequantised matrix (may be empty)
   DeviceArray<float> logits;       // [logits_rows][vocab]
   std::size_t logits_rows = 0;
   std::size_t last_rows = 0;
@@ -220,38 +255,78 @@ struct Transformer::Impl {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 
-  [[nodiscard]] const std::uint16_t* head() const {
-    return output.size() > 0 ? output.get() : embed.get();
-  }
   [[nodiscard]] std::size_t kv_layer_bytes() const {
     return config.n_kv_heads * capacity * config.head_dim *
            static_cast<std::size_t>(kv_bytes(kvtype));
   }
 
-  void gemm(const std::uint16_t* w, const float* x, float* y, int n, std::size_t out,
-            std::size_t in, cudaStream_t s) {
+  /// Stores the tensors' rows on the device, one matrix per run of equal device types.
+  Projection upload_projection(std::initializer_list<const Tensor*> tensors) {
+    Projection p;
+    std::vector<std::uint8_t> bytes;
+    for (auto it = tensors.begin(); it != tensors.end();) {
+      const DType type = device_type(**it, half);
+      Matrix m{type, nullptr, 0, (*it)->cols()};
+      bytes.clear();
+      for (; it != tensors.end() && device_type(**it, half) == type; ++it) {
+        append_rows(**it, type, bytes);
+        m.rows += (*it)->rows();
+      }
+      m.data = upload_bytes(bytes);
+      p.parts.push_back({m, p.rows});
+      p.rows += m.rows;
+    }
+    return p;
+  }
+  const void* upload_bytes(const std::vector<std::uint8_t>& bytes) {
+    storage.push_back(upload(bytes));
+    return storage.back().get();
+  }
+
+  /// y[t][0, P.rows) = x[t] P^T for n tokens: the skinny GEMM for n <= 16, otherwise cuBLAS on
+  /// 16-bit inputs (activations rounded to Options::weights; a matrix of another type is
+  /// dequantised to it chunk by chunk).
+  void gemm(const Projection& P, const float* x, float* y, int n, cudaStream_t s) {
+    const int ldy = static_cast<int>(P.rows);
     if (n <= kernels::kSkinnyMaxTokens) {
-      kernels::skinny_gemm(wtype, w, x, y, n, static_cast<int>(out), static_cast<int>(in), s,
-                           gemm_warps);
-    } else {
-      kernels::convert_f32(x, static_cast<std::size_t>(n) * in, wtype, x16.get(), s);
-      blas->gemm_xwT(wtype, w, x16.get(), y, n, static_cast<int>(out), static_cast<int>(in), s);
+      for (const auto& [m, first_row] : P.parts) {
+        kernels::skinny_gemm(m.type, m.data, x, y + first_row, n, static_cast<int>(m.rows),
+                             static_cast<int>(m.cols), s, gemm_warps, ldy);
+      }
+      return;
+    }
+    const std::size_t in = P.parts.front().matrix.cols;
+    kernels::convert_f32(x, static_cast<std::size_t>(n) * in, half, x16.get(), s);
+    for (const auto& [m, first_row] : P.parts) {
+      if (m.type == half) {
+        blas->gemm_xwT(half, m.data, x16.get(), y + first_row, n, static_cast<int>(m.rows),
+                       static_cast<int>(m.cols), ldy, s);
+        continue;
+      }
+      const std::size_t row_bytes = dtype_row_bytes(m.type, m.cols, "matrix");
+      const std::size_t chunk = w16.size() / m.cols;
+      for (std::size_t r = 0; r < m.rows; r += chunk) {
+        const auto rows = static_cast<int>(std::min(chunk, m.rows - r));
+        kernels::dequantize_rows(m.type, static_cast<const std::uint8_t*>(m.data) + r * row_bytes,
+                                 rows, static_cast<int>(m.cols), half, w16.get(), s);
+        blas->gemm_xwT(half, w16.get(), x16.get(), y + first_row + r, n, rows,
+                       static_cast<int>(m.cols), ldy, s);
+      }
     }
   }
 
   /// Enqueues the whole network for n tokens (ids in `tokens`, position in `start`).
   void layers_pass(int n, int chunk, int splits, float* logits_out, cudaStream_t s) {
     const ModelConfig& c = config;
-    const std::size_t dim = c.dim, hd = c.head_dim, q_dim = c.q_dim(), ffn = c.ffn_dim;
-    const std::size_t qkv_rows = q_dim + 2 * c.kv_dim();
+    const std::size_t dim = c.dim, hd = c.head_dim, ffn = c.ffn_dim;
     const float eps = c.rms_norm_eps;
-    kernels::embedding_gather(wtype, embed.get(), static_cast<int>(c.vocab_size),
+    kernels::embedding_gather(embed.type, embed.data, static_cast<int>(c.vocab_size),
                               static_cast<int>(dim), tokens.get(), n, h.get(), s);
     for (std::size_t li = 0; li < c.n_layers; ++li) {
       const Layer& L = layers[li];
       kernels::rmsnorm_residual(h.get(), li == 0 ? nullptr : delta.get(), L.attn_norm.get(), eps, n,
                                 static_cast<int>(dim), xn.get(), norm_threads, s);
-      gemm(L.w_qkv.get(), xn.get(), qkv.get(), n, qkv_rows, dim, s);
+      gemm(L.qkv, xn.get(), qkv.get(), n, s);
 
       kernels::RopeKvParams r;
       r.qkv = qkv.get();
@@ -291,16 +366,16 @@ struct Transformer::Impl {
       a.out = att.get();
       kernels::attention(a, s, attention_warps);
 
-      gemm(L.w_o.get(), att.get(), delta.get(), n, dim, q_dim, s);
+      gemm(L.o, att.get(), delta.get(), n, s);
       kernels::rmsnorm_residual(h.get(), delta.get(), L.ffn_norm.get(), eps, n,
                                 static_cast<int>(dim), xn.get(), norm_threads, s);
-      gemm(L.w_gate_up.get(), xn.get(), gate_up.get(), n, 2 * ffn, dim, s);
+      gemm(L.gate_up, xn.get(), gate_up.get(), n, s);
       kernels::swiglu(gate_up.get(), n, static_cast<int>(ffn), act.get(), s);
-      gemm(L.w_down.get(), act.get(), delta.get(), n, dim, ffn, s);
+      gemm(L.down, act.get(), delta.get(), n, s);
     }
     kernels::rmsnorm_residual(h.get(), c.n_layers > 0 ? delta.get() : nullptr, output_norm.get(),
                               eps, n, static_cast<int>(dim), xn.get(), norm_threads, s);
-    gemm(head(), xn.get(), logits_out, n, c.vocab_size, dim, s);
+    gemm(head, xn.get(), logits_out, n, s);
   }
 
   /// One step of n tokens: ids from the host (host_ids) or from device memory (device_ids),
@@ -418,7 +493,7 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   if (options.max_step_tokens < static_cast<std::size_t>(kGraphMaxTokens)) {
     throw Error("cuda::Transformer: Options::max_step_tokens must be at least 16");
   }
-  m.wtype = weight_type(options.weights);
+  m.half = half_type(options.weights);
   m.kvtype = kv_type(options.kv);
   m.capacity = options.context_length != 0 ? options.context_length : c.context_length;
   if (m.capacity == 0)
@@ -430,6 +505,10 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
         m.capacity));
   m.step_tokens = options.max_step_tokens;
   if (options.norm_threads > 0) m.norm_threads = options.norm_threads;
+  if (options.gemm_warps > 32) {
+    throw Error(fmt::format("cuda::Transformer: Options::gemm_warps is {}, at most 32",
+                            options.gemm_warps));
+  }
   if (options.gemm_warps > 0) m.gemm_warps = options.gemm_warps;
   if (options.attention_warps > 0) m.attention_warps = options.attention_warps;
 
@@ -444,16 +523,15 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   m.attention_max_splits =
       kernels::attention_splits(static_cast<int>(m.capacity), m.attention_chunk);
 
-  // ---- weights
-  std::vector<std::uint16_t> staging;
-  auto upload_matrices = [&](std::initializer_list<const Tensor*> parts) {
-    staging.clear();
-    for (const Tensor* t : parts) append_16bit(*t, m.wtype, staging);
-    return upload(staging);
-  };
-  m.embed = upload_matrices({&matrix(w, "token_embd.weight", c.vocab_size, c.dim)});
-  if (!c.tied_embeddings && w.find("output.weight") != nullptr) {
-    m.output = upload_matrices({&matrix(w, "output.weight", c.vocab_size, c.dim)});
+  // ---- weights: matrices keep their file's bytes (F32 ones become m.half), vectors are f32
+  {
+    const Projection table =
+        m.upload_projection({&matrix(w, "token_embd.weight", c.vocab_size, c.dim)});
+    m.embed = table.parts.front().matrix;
+    const Tensor* output = c.tied_embeddings ? nullptr : w.find("output.weight");
+    m.head = output == nullptr
+                 ? table
+                 : m.upload_projection({&matrix(w, "output.weight", c.vocab_size, c.dim)});
   }
   m.output_norm = upload(vector_f32(w, "output_norm.weight", c.dim));
   m.inv_freq = upload(rope_inv_freq(c, w));
@@ -461,13 +539,13 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   for (std::size_t i = 0; i < c.n_layers; ++i) {
     Layer& L = m.layers[i];
     const std::string p = fmt::format("blk.{}.", i);
-    L.w_qkv = upload_matrices({&matrix(w, p + "attn_q.weight", c.q_dim(), c.dim),
-                               &matrix(w, p + "attn_k.weight", c.kv_dim(), c.dim),
-                               &matrix(w, p + "attn_v.weight", c.kv_dim(), c.dim)});
-    L.w_o = upload_matrices({&matrix(w, p + "attn_output.weight", c.dim, c.q_dim())});
-    L.w_gate_up = upload_matrices({&matrix(w, p + "ffn_gate.weight", c.ffn_dim, c.dim),
-                                   &matrix(w, p + "ffn_up.weight", c.ffn_dim, c.dim)});
-    L.w_down = upload_matrices({&matrix(w, p + "ffn_down.weight", c.dim, c.ffn_dim)});
+    L.qkv = m.upload_projection({&matrix(w, p + "attn_q.weight", c.q_dim(), c.dim),
+                                 &matrix(w, p + "attn_k.weight", c.kv_dim(), c.dim),
+                                 &matrix(w, p + "attn_v.weight", c.kv_dim(), c.dim)});
+    L.o = m.upload_projection({&matrix(w, p + "attn_output.weight", c.dim, c.q_dim())});
+    L.gate_up = m.upload_projection({&matrix(w, p + "ffn_gate.weight", c.ffn_dim, c.dim),
+                                     &matrix(w, p + "ffn_up.weight", c.ffn_dim, c.dim)});
+    L.down = m.upload_projection({&matrix(w, p + "ffn_down.weight", c.dim, c.ffn_dim)});
     L.attn_norm = upload(vector_f32(w, p + "attn_norm.weight", c.dim));
     L.ffn_norm = upload(vector_f32(w, p + "ffn_norm.weight", c.dim));
     if (c.qkv_bias) {
@@ -515,7 +593,29 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   m.delta = DeviceArray<float>(S * c.dim);
   m.gate_up = DeviceArray<float>(S * 2 * c.ffn_dim);
   m.act = DeviceArray<float>(S * c.ffn_dim);
-  m.x16 = DeviceArray<std::uint16_t>(S * std::max({c.dim, c.ffn_dim, c.q_dim()}));
+  if (S > static_cast<std::size_t>(kernels::kSkinnyMaxTokens)) {  // prefill steps are possible
+    m.x16 = DeviceArray<std::uint16_t>(S * std::max({c.dim, c.ffn_dim, c.q_dim()}));
+    // The dequantisation scratch: the largest matrix that is not already m.half, capped by
+    // Options::prefill_scratch_bytes (but at least one row).
+    std::size_t largest = 0, widest = 0;
+    auto consider = [&](const Projection& P) {
+      for (const auto& part : P.parts) {
+        if (part.matrix.type == m.half) continue;
+        largest = std::max(largest, part.matrix.rows * part.matrix.cols);
+        widest = std::max(widest, part.matrix.cols);
+      }
+    };
+    consider(m.head);
+    for (const Layer& L : m.layers) {
+      for (const Projection* P : {&L.qkv, &L.o, &L.gate_up, &L.down}) consider(*P);
+    }
+    if (largest > 0) {
+      const std::size_t cap = (options.prefill_scratch_bytes != 0 ? options.prefill_scratch_bytes
+                                                                  : kPrefillScratchBytes) /
+                              sizeof(std::uint16_t);
+      m.w16 = DeviceArray<std::uint16_t>(std::min(largest, std::max(cap, widest)));
+    }
+  }
   m.attn_work = DeviceArray<float>(kernels::attention_workspace_floats(
       m.attention_max_splits, kGraphMaxTokens, static_cast<int>(c.n_heads),
       static_cast<int>(c.head_dim)));
@@ -581,14 +681,14 @@ Transformer::GraphStats Transformer::graph_stats() const noexcept { return impl_
 
 std::size_t Transformer::device_bytes() const noexcept {
   const Impl& m = *impl_;
-  std::size_t b = m.embed.bytes() + m.output.bytes() + m.output_norm.bytes() + m.inv_freq.bytes() +
-                  m.k_cache.bytes() + m.v_cache.bytes() + m.tokens.bytes() + m.start.bytes() +
-                  m.h.bytes() + m.xn.bytes() + m.qkv.bytes() + m.q.bytes() + m.att.bytes() +
-                  m.delta.bytes() + m.gate_up.bytes() + m.act.bytes() + m.attn_work.bytes() +
-                  m.x16.bytes() + m.logits.bytes();
+  std::size_t b = m.output_norm.bytes() + m.inv_freq.bytes() + m.k_cache.bytes() +
+                  m.v_cache.bytes() + m.tokens.bytes() + m.start.bytes() + m.h.bytes() +
+                  m.xn.bytes() + m.qkv.bytes() + m.q.bytes() + m.att.bytes() + m.delta.bytes() +
+                  m.gate_up.bytes() + m.act.bytes() + m.attn_work.bytes() + m.x16.bytes() +
+                  m.w16.bytes() + m.logits.bytes();
+  for (const auto& bytes : m.storage) b += bytes.bytes();
   for (const Layer& L : m.layers) {
-    b += L.w_qkv.bytes() + L.w_o.bytes() + L.w_gate_up.bytes() + L.w_down.bytes() +
-         L.attn_norm.bytes() + L.ffn_norm.bytes() + L.qkv_bias.bytes() + L.q_norm.bytes() +
+    b += L.attn_norm.bytes() + L.ffn_norm.bytes() + L.qkv_bias.bytes() + L.q_norm.bytes() +
          L.k_norm.bytes();
   }
   return b;

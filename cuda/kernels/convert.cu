@@ -23,12 +23,12 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void convert_f32(const float* in, std::size_t count, WeightType type, void* out,
-                 cudaStream_t stream) {
+void convert_f32(const float* in, std::size_t count, DType type, void* out, cudaStream_t stream) {
+  if (!is_16bit(type)) throw Error("convert_f32: the output type must be F16 or BF16");
   if (count == 0) return;
   const auto blocks =
       static_cast<unsigned>(std::min<std::size_t>(ceil_div<std::size_t>(count, kThreads), 4096));
-  if (type == WeightType::f16) {
+  if (type == DType::f16) {
     launch(convert_kernel<__half>, dim3(blocks), dim3(kThreads), 0, stream, in, count,
            static_cast<__half*>(out));
   } else {

@@ -10,8 +10,8 @@
 
 namespace specdec::cuda::kernels {
 
-/// out[i] = round_to_nearest_even(in[i]) as `type`, for count values (device pointers).
-void convert_f32(const float* in, std::size_t count, WeightType type, void* out,
-                 cudaStream_t stream);
+/// out[i] = round_to_nearest_even(in[i]) as `type` (F16 or BF16), for count values (device
+/// pointers).
+void convert_f32(const float* in, std::size_t count, DType type, void* out, cudaStream_t stream);
 
 }  // namespace specdec::cuda::kernels

@@ -1,14 +1,19 @@
 #pragma once
 // The memory-bound matrix product of decode and verify steps: y = x W^T for n <= 16 rows of
 // activations,
-//   W: [out][in] f16 or bf16 (a Linear layer's weight), x: [n][in] f32, y: [n][out] f32.
-// Each weight is read once from memory with 128-bit loads, products accumulate in f32.
+//   W: [out][in] weights of any DType, stored as the model file stores them (quantised blocks
+//      included: row r at w + r * dtype_row_bytes(type, in)); x: [n][in] f32; y: [n][ldy] f32.
+// Each weight byte is read once from memory; each weight is dequantised in registers exactly as
+// the model layer's dequantiser computes it (bit for bit) and products accumulate in f32 with
+// fused multiply-adds.
 //
 // Batch invariance: y[t][r] is bitwise the same for any n (and any position of t in the batch),
-// because the order of every floating-point operation that produces it depends only on `in`:
-// lane l of the row's 16 lanes accumulates chunks l, l + 16, ... with fused multiply-adds in a
-// fixed order, and the 16 partial sums are combined with the same butterfly tree whatever n is
-// (cuda/common/reduce.cuh, warp_sum_scatter).
+// because the order of every floating-point operation that produces it depends only on the type
+// and `in`: lane l of the row's 16 lanes accumulates pieces l, l + 16, ... (weight_layout.hpp)
+// with fused multiply-adds in a fixed order, and the 16 partial sums are combined with the same
+// butterfly tree whatever n is (cuda/common/reduce.cuh, warp_sum_scatter).
+// tests/cuda/reference.hpp (gemm_exact_order) reproduces this order on the CPU; the tests require
+// bitwise equality with it for every type.
 
 #include <cuda_runtime.h>
 
@@ -18,9 +23,20 @@ namespace specdec::cuda::kernels {
 
 inline constexpr int kSkinnyMaxTokens = 16;
 
-/// y = x W^T for 1 <= n <= 16 (device pointers). `warps` per block, two rows per warp; 4 is the
-/// GPU default, the emulated tests also run 1 and 2.
-void skinny_gemm(WeightType type, const void* w, const float* x, float* y, int n, int out, int in,
-                 cudaStream_t stream, int warps = 4);
+/// Whether skinny_gemm, embedding_gather and dequantize_rows handle weights of type t (every
+/// DType the model layer computes with does).
+bool has_weight_kernels(DType t) noexcept;
+
+/// y[t][r] = sum_k W[r][k] x[t][k] for 1 <= n <= 16 (device pointers; y row t at y + t * ldy,
+/// ldy = 0 meaning out). `warps` (1 to 32) per block, two rows per warp; 4 is the GPU default,
+/// the emulated tests also run 1 and 2.
+/// Quantised types need `in` to be a multiple of the block size, W aligned as its blocks are in
+/// a GGUF file mapped at a page boundary (2 to 16 bytes: weight_layout.hpp; cudaMalloc gives
+/// 256) and x 16-byte aligned. F32 / F16 / BF16 rows take 16-byte loads when `in` % 8 == 0 and
+/// W and x are 16-byte aligned, and are read element by element otherwise.
+/// Throws specdec::Error naming the problem on invalid arguments; host-callable for any type,
+/// so that a benchmark harness can run it on every weight type.
+void skinny_gemm(DType type, const void* w, const float* x, float* y, int n, int out, int in,
+                 cudaStream_t stream, int warps = 4, int ldy = 0);
 
 }  // namespace specdec::cuda::kernels

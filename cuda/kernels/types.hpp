@@ -1,18 +1,22 @@
 #pragma once
 // Host-visible vocabulary of the kernels' launch functions (no CUDA header needed).
+//
+// Weight matrices and the embedding table are stored on the device in their file's type: the
+// model layer's DType (specdec/model/dtype.hpp), one table for both backends.
 
 #include <cstdint>
 
-namespace specdec::cuda {
+#include "specdec/model/dtype.hpp"
 
-/// Storage type of the weight matrices and embedding table on the device.
-enum class WeightType : std::uint8_t { f16, bf16 };
+namespace specdec::cuda {
 
 /// Storage type of the KV cache.
 enum class KvType : std::uint8_t { f16, f32 };
 
 /// Bytes per element.
-constexpr int weight_bytes(WeightType) { return 2; }
 constexpr int kv_bytes(KvType t) { return t == KvType::f16 ? 2 : 4; }
+
+/// Whether t is one of the 16-bit types cuBLAS multiplies (the prefill path's input types).
+constexpr bool is_16bit(DType t) { return t == DType::f16 || t == DType::bf16; }
 
 }  // namespace specdec::cuda

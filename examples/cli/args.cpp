@@ -22,9 +22,9 @@ struct Alias {
   std::string_view ours;
 };
 constexpr Alias kAliases[] = {
-    {"-md", "--model-draft"},   {"-cd", "--ctx-size-draft"}, {"-td", "--threads-draft"},
-    {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},  {"-co", "--color"},
-    {"-sys", "--system-prompt"},
+    {"-md", "--model-draft"},    {"-cd", "--ctx-size-draft"}, {"-td", "--threads-draft"},
+    {"-ctk", "--cache-type-k"},  {"-ctv", "--cache-type-v"},  {"-co", "--color"},
+    {"-sys", "--system-prompt"}, {"-np", "--parallel"},
 };
 
 /// llama.cpp flags that specdec does not have: all their names, the long one first, and why.
@@ -46,7 +46,9 @@ const std::vector<Unsupported>& unsupported_flags() {
        "the prompt is evaluated in steps of 256 tokens, not configurable"},
       {{"--threads-batch", "-tb"}, "one thread count per model serves prompt and generation (-t)"},
       {{"--mlock", "--no-mmap", "--mmap"}, "specdec always reads the model files memory-mapped"},
-      {{"--parallel", "-np", "--cont-batching", "-cb"}, "specdec decodes one sequence at a time"},
+      {{"--parallel", "-np", "--cont-batching", "-cb"},
+       "this command decodes one sequence at a time (specdec serve --parallel N serves several, "
+       "batched)"},
       {{"--conversation", "-cnv", "--no-conversation", "-no-cnv", "--interactive", "-i",
         "--interactive-first", "-if", "--single-turn", "-st", "--multiline-input", "-mli",
         "--in-prefix", "--in-suffix", "--in-prefix-bos"},

@@ -46,14 +46,17 @@ namespace specdec::cli {
 void add_chat_flags(CLI::App& cmd, ChatFlags& flags) {
   const std::vector<std::string_view> names = ChatTemplate::names();
   cmd.add_option("--system,--system-prompt", flags.system, "the system message (-sys)");
-  cmd.add_option("--chat-template", flags.chat_template,
-                 fmt::format("the chat format instead of the model's template: {}",
-                             fmt::join(names, ", ")))
+  cmd.add_option(
+         "--chat-template", flags.chat_template,
+         fmt::format("the chat format instead of the model's template: {}", fmt::join(names, ", ")))
       ->check(CLI::IsMember(std::vector<std::string>(names.begin(), names.end())));
 }
 
 void ChatFormat::apply(GenerationConfig& config) const {
-  config.end_tokens.insert(config.end_tokens.end(), end_tokens.begin(), end_tokens.end());
+  // --ignore-eos (stop_at_eos off) ignores the end-of-turn tokens too, as llama.cpp's ignores
+  // every end-of-generation token; the library's stop_tokens would still apply.
+  if (config.stop_at_eos)
+    config.stop_tokens.insert(config.stop_tokens.end(), end_tokens.begin(), end_tokens.end());
   config.stop_strings.insert(config.stop_strings.end(), stop_strings.begin(), stop_strings.end());
 }
 
@@ -66,9 +69,9 @@ ChatFormat chat_format(const LoadedModel& target, const ChatFlags& flags) {
   // trained on it) can still end the answer as text.
   for (const std::string& mark : format.tmpl.end_of_turn()) {
     const auto ids = target.tokenizer->encode_special(mark, false);
-    const bool is_token = ids.size() == 1 && std::find(format.end_tokens.begin(),
-                                                       format.end_tokens.end(),
-                                                       ids[0]) != format.end_tokens.end();
+    const bool is_token =
+        ids.size() == 1 && std::find(format.end_tokens.begin(), format.end_tokens.end(), ids[0]) !=
+                               format.end_tokens.end();
     const bool is_eos = ids.size() == 1 && ids[0] == target.tokenizer->eos();
     if (!is_token && !is_eos) format.stop_strings.push_back(mark);
   }

@@ -24,13 +24,14 @@ void add_chat_flags(CLI::App& cmd, ChatFlags& flags);
 /// The target's chat format: its template (--chat-template, else detected from the model's own;
 /// throws naming --chat-template when there is none or it is not recognised), and what ends an
 /// answer: the template's end-of-turn marks that the tokenizer has as single special tokens
-/// (GenerationConfig::end_tokens, beside the EOS), and as stop strings those it does not.
+/// (GenerationConfig::stop_tokens, beside the EOS), and as stop strings those it does not.
 struct ChatFormat {
   ChatTemplate tmpl;
   std::vector<token_t> end_tokens;
   std::vector<std::string> stop_strings;
 
-  /// Makes `config` end answers as this format's turns end.
+  /// Makes `config` end answers as this format's turns end (set config.stop_at_eos first: without
+  /// it the end-of-turn tokens are not added either).
   void apply(GenerationConfig& config) const;
 };
 ChatFormat chat_format(const LoadedModel& target, const ChatFlags& flags);

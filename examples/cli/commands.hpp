@@ -16,5 +16,6 @@ void add_info(CLI::App& app);      // tools.cpp
 void add_logits(CLI::App& app);    // tools.cpp
 void add_convert(CLI::App& app);   // tools.cpp
 void add_tokenize(CLI::App& app);  // tools.cpp
+void add_serve(CLI::App& app);     // serve.cpp
 
 }  // namespace specdec::cli

@@ -23,8 +23,8 @@
 #include "demo_models.hpp"
 #include "specdec/decoder/autoregressive.hpp"
 #include "specdec/decoder/drafters.hpp"
-#include "specdec/decoder/speculative.hpp"
 #include "specdec/decoder/session.hpp"
+#include "specdec/decoder/speculative.hpp"
 
 namespace specdec::cli {
 
@@ -368,8 +368,8 @@ void start_models<cuda::Transformer>(std::span<Model<cuda::Transformer>* const> 
   for (auto* m : models) {
     const cuda::Options options = cuda_options(m->file, m->role, flags);
     Progress progress;
-    progress.update(fmt::format("uploading {} to the GPU ({} positions) ...", m->role,
-                                options.context_length));
+    progress.update(
+        fmt::format("uploading {} to the GPU ({} positions) ...", m->role, options.context_length));
     try {
       m->lm = std::make_unique<cuda::Transformer>(m->file, options);
     } catch (const Error& e) {
@@ -379,13 +379,14 @@ void start_models<cuda::Transformer>(std::span<Model<cuda::Transformer>* const> 
 }
 #endif
 
-void check_same_vocabulary(const LoadedModel& target, std::size_t target_vocab,
-                           const LoadedModel& draft, std::size_t draft_vocab) {
-  if (draft_vocab != target_vocab)
+void check_same_vocabulary(const LoadedModel& target, const LoadedModel& draft) {
+  // From the files' configs: the check comes before the models are started (serve starts them
+  // per slot, later).
+  if (draft.config.vocab_size != target.config.vocab_size)
     throw Error(fmt::format(
         "the draft {} has a vocabulary of {} tokens but the target {} has {}: the pair must share "
         "one tokenizer",
-        draft.source, draft_vocab, target.source, target_vocab));
+        draft.source, draft.config.vocab_size, target.source, target.config.vocab_size));
   if (!draft.tokenizer || !target.tokenizer) return;  // nothing more to compare
   const Tokenizer& a = *target.tokenizer;
   const Tokenizer& b = *draft.tokenizer;
@@ -417,6 +418,24 @@ std::string DecodeSetup::label() const {
   return "?";
 }
 
+SpeculativeOptions DecodeSetup::speculative_options() const {
+  SpeculativeOptions options;
+  options.k = k;
+  options.adaptive = adaptive;
+  options.min_draft = draft_min;
+  if (adaptive) {
+    options.adaptive_options.min_k = std::max<std::size_t>(1, draft_min);
+    options.adaptive_options.max_k = std::max(max_k, options.adaptive_options.min_k);
+  }
+  return options;
+}
+
+NGramDrafter::Options DecodeSetup::ngram_options() const {
+  NGramDrafter::Options options;
+  options.max_ngram = ngram;
+  return options;
+}
+
 /// The decoder of the setup: one of three, and the drafter objects a speculative one refers to.
 template <class LM>
 struct Decoder<LM>::Impl {
@@ -438,14 +457,7 @@ struct Decoder<LM>::Impl {
 template <class LM>
 Decoder<LM>::Decoder(Model<LM>& target, Model<LM>* draft, const DecodeSetup& setup)
     : impl_(std::make_unique<Impl>()) {
-  SpeculativeOptions options;  // --draft-min: shorter proposals are not verified
-  options.k = setup.k;
-  options.adaptive = setup.adaptive;
-  options.min_draft = setup.draft_min;
-  if (setup.adaptive) {
-    options.adaptive_options.min_k = std::max<std::size_t>(1, setup.draft_min);
-    options.adaptive_options.max_k = std::max(setup.max_k, options.adaptive_options.min_k);
-  }
+  const SpeculativeOptions options = setup.speculative_options();
   const Tokenizer* tokenizer = target.file.tokenizer.get();
   switch (setup.drafter) {
     case DecodeSetup::Drafter::none:
@@ -458,9 +470,7 @@ Decoder<LM>::Decoder(Model<LM>& target, Model<LM>* draft, const DecodeSetup& set
           *impl_->model_drafter, *target.lm, options, tokenizer, draft->file.tokenizer.get());
       break;
     case DecodeSetup::Drafter::ngram: {
-      NGramDrafter::Options ngram;
-      ngram.max_ngram = setup.ngram;
-      impl_->ngram_drafter.emplace(ngram);
+      impl_->ngram_drafter.emplace(setup.ngram_options());
       impl_->with_ngram = std::make_unique<SpeculativeDecoder<NGramDrafter, LM>>(
           *impl_->ngram_drafter, *target.lm, options, tokenizer, nullptr);
       break;
@@ -486,7 +496,8 @@ GenerationResult Decoder<LM>::continue_with(std::span<const token_t> tokens,
 
 template <class LM>
 const std::vector<token_t>& Decoder<LM>::sequence() const {
-  return impl_->visit([](auto& d) -> const std::vector<token_t>& { return d.session().sequence(); });
+  return impl_->visit(
+      [](auto& d) -> const std::vector<token_t>& { return d.session().sequence(); });
 }
 
 template class Decoder<cpu::Transformer>;

@@ -20,7 +20,9 @@
 #if SPECDEC_CLI_CUDA
 #include "specdec/cuda/transformer.hpp"
 #endif
+#include "specdec/decoder/drafters.hpp"
 #include "specdec/decoder/generation.hpp"
+#include "specdec/decoder/session.hpp"
 #include "specdec/decoder/telemetry.hpp"
 #include "specdec/model/loader.hpp"
 
@@ -162,6 +164,9 @@ struct Model {
   }
 };
 
+/// A model on the CPU backend (specdec serve runs on it only).
+using CpuModel = Model<cpu::Transformer>;
+
 /// Memory-maps `path` (a .gguf file or a Hugging Face folder); no KV cache yet.
 LoadedModel open_model_file(const std::string& path, std::string_view role);
 template <class LM>
@@ -176,8 +181,7 @@ std::size_t context_positions(const LoadedModel& file, std::string_view role,
                               const ModelFlags& flags);
 /// The CPU backend's options of a model from the flags: threads (-t, or -td for the draft), KV
 /// cache type, context_positions().
-cpu::Options model_options(const LoadedModel& file, std::string_view role,
-                           const ModelFlags& flags);
+cpu::Options model_options(const LoadedModel& file, std::string_view role, const ModelFlags& flags);
 
 /// Gives each model its backend model, with its options from the flags. On the CPU first checks
 /// that the KV caches fit in memory together (throws naming the sizes, the limit and -c) and
@@ -197,11 +201,10 @@ Model<LM> load_model_for(const std::string& path, std::string_view role, const M
 
 /// Refuses a draft whose tokenizer differs from the target's (vocabulary size, or any piece):
 /// speculative decoding compares the two models' probabilities token id by token id.
-void check_same_vocabulary(const LoadedModel& target, std::size_t target_vocab,
-                           const LoadedModel& draft, std::size_t draft_vocab);
+void check_same_vocabulary(const LoadedModel& target, const LoadedModel& draft);
 template <class LM>
 void check_same_vocabulary(const Model<LM>& target, const Model<LM>& draft) {
-  check_same_vocabulary(target.file, target.lm->vocab_size(), draft.file, draft.lm->vocab_size());
+  check_same_vocabulary(target.file, draft.file);
 }
 
 /// The threads a model computes with (0 for a GPU model), for reports.
@@ -224,6 +227,9 @@ struct DecodeSetup {
   std::size_t draft_min = 0;  ///< proposals shorter than this are not verified (--draft-min)
 
   [[nodiscard]] std::string label() const;  ///< "baseline", "draft model k=4", "n-gram adaptive k"
+  /// The decoder's options for this setup (k or adaptive k, --draft-min).
+  [[nodiscard]] SpeculativeOptions speculative_options() const;
+  [[nodiscard]] NGramDrafter::Options ngram_options() const;
 };
 
 /// The decoder of one setup over the models, kept across the turns of a conversation:

@@ -125,10 +125,10 @@ nlohmann::json rounds_json(const GenerationResult& result) {
                             {"draft_seconds", r.draft_seconds},
                             {"verify_seconds", r.verify_seconds},
                             {"sampling_seconds", r.sampling_seconds}};
-    if (!r.p_drafted.empty()) {
-      round["p"] = r.p_drafted;
-      round["q"] = r.q_drafted;
-    }
+    // p(x_i), q(x_i) of the drafted tokens (empty when the backend's sampler does not report
+    // them: the CUDA one).
+    round["p"] = r.p_drafted;
+    round["q"] = r.q_drafted;
     rounds.push_back(std::move(round));
   }
   return rounds;

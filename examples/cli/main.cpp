@@ -7,6 +7,7 @@
 //   specdec info FILE                     what a model file holds, and whether generate can run it
 //   specdec logits -m M --tokens ..       raw logits of one forward, for conformance checks
 //   specdec convert IN OUT --type q8_0    rewrite a GGUF's weights as Q8_0 or F16
+//   specdec serve -m T -md D              an OpenAI-compatible HTTP server (docs/serve.md)
 //
 // docs/cli.md documents every option. Errors are one line on stderr, "specdec: error: ...",
 // with exit status 2 for bad command lines (CLI11's message, or args.hpp's for unknown and
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   specdec::cli::add_logits(app);
   specdec::cli::add_convert(app);
   specdec::cli::add_tokenize(app);
+  specdec::cli::add_serve(app);
 
   specdec::cli::set_command_line(argc, argv);
   try {

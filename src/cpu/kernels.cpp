@@ -231,7 +231,25 @@ MatrixRef MatrixRef::of(const Tensor& t) {
 }
 
 bool has_matmul_kernel(DType t) noexcept {
-  return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::q8_0;
+  switch (t) {
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16:
+    case DType::q8_0:
+    case DType::q4_0:
+    case DType::q4_1:
+    case DType::q5_0:
+    case DType::q5_1:
+    case DType::iq4_nl:
+    case DType::q2_k:
+    case DType::q3_k:
+    case DType::q4_k:
+    case DType::q5_k:
+    case DType::q6_k:
+    case DType::iq4_xs:
+      return true;
+  }
+  return false;
 }
 
 InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols) {
@@ -242,6 +260,19 @@ InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols) {
       return InputFormat::f32;
     case DType::q8_0:
       return isa == Isa::amx ? InputFormat::q8_0_tiles : InputFormat::q8_0_rows;
+    case DType::q4_0:
+    case DType::q4_1:
+    case DType::q5_0:
+    case DType::q5_1:
+    case DType::iq4_nl:
+      return InputFormat::q8_0_rows;
+    case DType::q2_k:
+    case DType::q3_k:
+    case DType::q4_k:
+    case DType::q5_k:
+    case DType::q6_k:
+    case DType::iq4_xs:
+      return InputFormat::q8_k_rows;
     default:
       return InputFormat::f32;
   }
@@ -253,6 +284,33 @@ namespace {
 /// the kernels use is the binary16 one the block would store.
 void quantize_q8_0_block(const float* x, std::int8_t* q, float* d_out) {
   *d_out = fp16_to_fp32(quant::quantize_block_q8_0(x, q));
+}
+
+/// One block of 256 activations for the K-quant kernels, like llama.cpp's Q8_K: one f32 scale
+/// d = max|x| / 127 (not rounded to f16; NaNs left out of the maximum), q = roundf(x * (1 / d))
+/// (halves away from zero, NaN -> 0), so |q| <= 127; then the sums of each 16 and each 32 quants.
+void quantize_q8_k_block(const float* x, std::int8_t* q, float* d_out, std::int16_t* sums) {
+  float amax = 0.0f;
+  for (std::size_t j = 0; j < 256; ++j) {
+    const float a = std::fabs(x[j]);
+    amax = a > amax ? a : amax;
+  }
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (std::size_t j = 0; j < 256; ++j) {
+    // roundf(): exact in double for |v| <= 127.5.
+    const float v = x[j] * id;
+    q[j] = v != v ? std::int8_t{0}
+                  : static_cast<std::int8_t>(static_cast<double>(v) + (v >= 0.0f ? 0.5 : -0.5));
+  }
+  *d_out = d;
+  for (std::size_t i = 0; i < 16; ++i) {
+    int sum = 0;
+    for (std::size_t j = 16 * i; j < 16 * i + 16; ++j) sum += q[j];
+    sums[i] = static_cast<std::int16_t>(sum);
+  }
+  for (std::size_t i = 0; i < 8; ++i)
+    sums[16 + i] = static_cast<std::int16_t>(sums[2 * i] + sums[2 * i + 1]);
 }
 
 }  // namespace
@@ -269,6 +327,8 @@ std::size_t PackedInput::column_granule() const noexcept {
       return 16;
     case InputFormat::q8_0_tiles:
       return 64;  // a pair of blocks
+    case InputFormat::q8_k_rows:
+      return 256;
     default:
       return 32;
   }
@@ -299,6 +359,11 @@ void PackedInput::prepare(Isa isa, DType weight_dtype, std::size_t n, std::size_
       q8_.resize(n * cols);
       scales_.resize(n * blocks);
       offsets_.resize(n * blocks);
+      break;
+    case InputFormat::q8_k_rows:
+      q8_.resize(n * cols);
+      scales_.resize(n * (cols / 256));
+      sums_.resize(n * (cols / 256) * detail::q8_k_sums);
       break;
     case InputFormat::q8_0_tiles: {
       const std::size_t chunks8 = (n + 7) / 8, slots = (blocks + 1) / 2;
@@ -343,6 +408,18 @@ void PackedInput::pack_columns(const float* x, std::size_t ldx, std::size_t col_
           for (std::size_t j = 0; j < q8_block_elems; ++j) sum += q[j];
           offsets_[t * blocks + b] = -128 * sum;
         }
+      return;
+    }
+    case InputFormat::q8_k_rows: {
+      const std::size_t blocks = cols / 256;
+      if (isa_ == Isa::avx512 || isa_ == Isa::amx)
+        return detail::pack_q8_k_rows_avx512(x, n, ldx, cols, col_begin / 256, col_end / 256,
+                                             q8_.data(), scales_.data(), sums_.data());
+      for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t b = col_begin / 256; b < col_end / 256; ++b)
+          quantize_q8_k_block(x + t * ldx + b * 256, q8_.data() + t * cols + b * 256,
+                              scales_.data() + t * blocks + b,
+                              sums_.data() + (t * blocks + b) * detail::q8_k_sums);
       return;
     }
     case InputFormat::q8_0_tiles:  // only for Isa::amx, which has AVX-512
@@ -498,6 +575,43 @@ void f32_to_f16_row_portable(const float* in, std::uint16_t* out, std::size_t co
 
 namespace {
 
+detail::QuantType quant_type(DType t) {
+  switch (t) {
+    case DType::q4_0:
+      return detail::QuantType::q4_0;
+    case DType::q4_1:
+      return detail::QuantType::q4_1;
+    case DType::q5_0:
+      return detail::QuantType::q5_0;
+    case DType::q5_1:
+      return detail::QuantType::q5_1;
+    case DType::iq4_nl:
+      return detail::QuantType::iq4_nl;
+    case DType::q2_k:
+      return detail::QuantType::q2_k;
+    case DType::q3_k:
+      return detail::QuantType::q3_k;
+    case DType::q4_k:
+      return detail::QuantType::q4_k;
+    case DType::q5_k:
+      return detail::QuantType::q5_k;
+    case DType::q6_k:
+      return detail::QuantType::q6_k;
+    case DType::iq4_xs:
+      return detail::QuantType::iq4_xs;
+    default:
+      throw Error(fmt::format("matmul: dtype {} has no integer kernel", dtype_name(t)));
+  }
+}
+
+/// The integer kernels of `isa`: AVX512-VNNI where the CPU has it, else AVX2 for any AVX2 level.
+void quant_matmul(Isa isa, const detail::QuantArgs& args) {
+  if ((isa == Isa::avx512 || isa == Isa::amx) && cpu_features().avx512_vnni)
+    return detail::quant_matmul_avx512vnni(args);
+  if (isa != Isa::portable) return detail::quant_matmul_avx2(args);
+  detail::quant_matmul_portable(args);
+}
+
 detail::FmaWeights fma_type(DType t) {
   switch (t) {
     case DType::f32:
@@ -539,7 +653,13 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
       if (isa == Isa::avx2) return detail::fma_matmul_avx2(args);
       return detail::fma_matmul_portable(args);
     }
+    case InputFormat::q8_k_rows:
+      return quant_matmul(isa, {quant_type(w.dtype), w0, w.row_bytes, rows, w.cols, x.q8(),
+                                x.q8_scales(), nullptr, x.q8_sums(), x.n(), y0, ldy});
     case InputFormat::q8_0_rows: {
+      if (w.dtype != DType::q8_0)
+        return quant_matmul(isa, {quant_type(w.dtype), w0, w.row_bytes, rows, w.cols, x.q8(),
+                                  x.q8_scales(), x.q8_offsets(), nullptr, x.n(), y0, ldy});
       const detail::Q8RowsArgs args{
           w0, w.row_bytes, rows, w.cols, x.q8(), x.q8_scales(), x.q8_offsets(), x.n(), y0, ldy};
       if (isa == Isa::avx512 && cpu_features().avx512_vnni)

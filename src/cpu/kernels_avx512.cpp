@@ -271,6 +271,33 @@ void pack_q8_0_rows_avx512(const float* x, std::size_t n, std::size_t ldx, std::
     }
 }
 
+void pack_q8_k_rows_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t cols,
+                           std::size_t b0, std::size_t b1, std::int8_t* q8, float* scales,
+                           std::int16_t* sums) {
+  const std::size_t blocks = cols / 256;
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t b = b0; b < b1; ++b) {
+      const float* xb = x + t * ldx + b * 256;
+      // max_ps returns its second operand when either is NaN: NaNs never reach amax.
+      __m512 m = _mm512_setzero_ps();
+      for (int i = 0; i < 16; ++i)
+        m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb + 16 * i)), m);
+      const float d = _mm512_reduce_max_ps(m) / 127.0f;
+      const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+      scales[t * blocks + b] = d;
+      std::int16_t* s = sums + (t * blocks + b) * q8_k_sums;
+      for (int i = 0; i < 16; ++i) {
+        // cvtt of a NaN gives INT_MIN, whose low byte (what cvtepi32_epi8 keeps) is 0.
+        const __m512i q =
+            _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * i), id)));
+        const __m128i bytes = _mm512_cvtepi32_epi8(q);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q8 + t * cols + b * 256 + 16 * i), bytes);
+        s[i] = static_cast<std::int16_t>(_mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(bytes)));
+      }
+      for (int i = 0; i < 8; ++i) s[16 + i] = static_cast<std::int16_t>(s[2 * i] + s[2 * i + 1]);
+    }
+}
+
 void pack_bf16_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t pairs,
                             std::size_t p0, std::size_t p1, std::uint32_t* out) {
   const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);

@@ -61,6 +61,79 @@ void q8_matmul_avx2(const Q8RowsArgs& a);
 /// AVX512-VNNI (kernels_avx512vnni.cpp): needs cpu_features().avx512_vnni.
 void q8_matmul_avx512vnni(const Q8RowsArgs& a);
 
+// ---- every other quantised type: integer kernels ------------------------------------------------
+//
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (blocks of 32, activations in the q8_0_rows layout) and Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (super-blocks of 256, activations in the q8_k_rows layout).
+// Each kernel reads a block as unsigned 8-bit weights u, integer sub-block scales sc_j and mins
+// mn_j, a zero point z and the block's binary16 factors d and m (kernels.hpp, "Reduction order",
+// has the table), forms the exact integers
+//   isum = sum_j sc_j * (sum_{k in j} u_k x_k - z * xsum_j),   msum = sum_j mn_j * xsum_j
+// (xsum_j: the sum of the activation quants of sub-block j) and accumulates
+//   acc = fma(float(isum), d * dx, acc);  acc = fma(float(msum), m * dx, acc)  (types with mins)
+// over the blocks in order, dx being the activation block's scale. The integers are the same
+// whatever order a kernel adds them in, so every instruction set gives the same bits.
+
+/// The quantised weight types of these kernels (kernels.cpp maps DType to it).
+enum class QuantType : int { q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs };
+
+/// Byte offsets inside a block, for the SIMD kernels, which cannot include the model layer's
+/// structs (specdec/model/quant_blocks.hpp); kernels_quant.cpp checks every one against them.
+namespace block_layout {
+inline constexpr std::size_t q4_0_bytes = 18, q4_0_qs = 2;
+inline constexpr std::size_t q4_1_bytes = 20, q4_1_m = 2, q4_1_qs = 4;
+inline constexpr std::size_t q5_0_bytes = 22, q5_0_qh = 2, q5_0_qs = 6;
+inline constexpr std::size_t q5_1_bytes = 24, q5_1_m = 2, q5_1_qh = 4, q5_1_qs = 8;
+inline constexpr std::size_t iq4_nl_bytes = 18, iq4_nl_qs = 2;
+inline constexpr std::size_t q2_k_bytes = 84, q2_k_scales = 0, q2_k_qs = 16, q2_k_d = 80;
+inline constexpr std::size_t q3_k_bytes = 110, q3_k_hmask = 0, q3_k_qs = 32, q3_k_scales = 96,
+                             q3_k_d = 108;
+inline constexpr std::size_t q4_k_bytes = 144, q4_k_scales = 4, q4_k_qs = 16;
+inline constexpr std::size_t q5_k_bytes = 176, q5_k_scales = 4, q5_k_qh = 16, q5_k_qs = 48;
+inline constexpr std::size_t q6_k_bytes = 210, q6_k_qh = 128, q6_k_scales = 192, q6_k_d = 208;
+inline constexpr std::size_t iq4_xs_bytes = 136, iq4_xs_scales_h = 2, iq4_xs_scales_l = 4,
+                             iq4_xs_qs = 8;
+}  // namespace block_layout
+
+/// The 16 values of IQ4_NL / IQ4_XS plus 128: the unsigned weights u of those types.
+inline constexpr unsigned char iq4_values_u8[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                                    129, 141, 153, 166, 181, 197, 217, 241};
+
+/// Activation sums per super-block of 256 in the q8_k_rows layout: 16 sums of 16 quants, then 8
+/// sums of 32 (int16).
+inline constexpr std::size_t q8_k_sums = 24;
+
+/// y[t * ldy + r] = dot(W[r], x[t]) for r in [0, rows), t in [0, n); w points at row 0.
+/// Blocks of 32: xq int8 [n][cols], xd f32 [n][cols/32], x_offsets int32 [n][cols/32]
+/// (-128 * the block's quant sum, as for Q8_0), x_sums unused.
+/// Blocks of 256: xq int8 [n][cols], xd f32 [n][cols/256], x_sums int16 [n][cols/256][24],
+/// x_offsets unused.
+struct QuantArgs {
+  QuantType type;
+  const std::byte* w;
+  std::size_t row_bytes;
+  std::size_t rows;
+  std::size_t cols;
+  const std::int8_t* xq;
+  const float* xd;
+  const std::int32_t* x_offsets;
+  const std::int16_t* x_sums;
+  std::size_t n;
+  float* y;
+  std::size_t ldy;
+};
+void quant_matmul_portable(const QuantArgs& a);
+void quant_matmul_avx2(const QuantArgs& a);
+/// AVX512-VNNI (kernels_quant_avx512vnni.cpp): needs cpu_features().avx512_vnni.
+void quant_matmul_avx512vnni(const QuantArgs& a);
+
+/// Blocks [b0, b1) of 256 of the q8_k_rows layout (int8 [n][cols], scales f32 [n][cols/256], sums
+/// int16 [n][cols/256][24]): d = max|x| / 127 (not rounded), q = roundf(x / d) (halves away from
+/// zero, NaN -> 0), as the portable packing in kernels.cpp.
+void pack_q8_k_rows_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t cols,
+                           std::size_t b0, std::size_t b1, std::int8_t* q8, float* scales,
+                           std::int16_t* sums);
+
 /// BF16 weights with bf16 activations xb uint16 [n][cols] (row stride cols), AVX512-BF16
 /// (kernels_avx512vnni.cpp): needs cpu_features().avx512_bf16. y as for the fma paths.
 struct Bf16RowsArgs {

@@ -6,6 +6,9 @@ list(APPEND SOURCES
   cpu/kernels_avx512vnni.cpp
   cpu/kernels_amx.cpp
   cpu/memory.cpp
+  cpu/kernels_quant.cpp
+  cpu/kernels_quant_avx2.cpp
+  cpu/kernels_quant_avx512vnni.cpp
   cpu/thread_pool.cpp
   cpu/transformer.cpp)
 list(APPEND PUBLIC_LIBS specdec_model)
@@ -18,14 +21,15 @@ set(_specdec_cpu_avx2 -mavx2 -mfma -mf16c)
 # GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm512_undefined_*() (GCC bug 105593).
 set(_specdec_cpu_avx512 ${_specdec_cpu_avx2} -mavx512f -mavx512bw -mavx512vl -mavx512dq
     -Wno-uninitialized -Wno-maybe-uninitialized)
-set_source_files_properties(cpu/kernels.cpp cpu/thread_pool.cpp cpu/transformer.cpp
-  PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
-set_source_files_properties(cpu/kernels_avx2.cpp
+set_source_files_properties(cpu/kernels.cpp cpu/kernels_quant.cpp cpu/thread_pool.cpp
+  cpu/transformer.cpp PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
+set_source_files_properties(cpu/kernels_avx2.cpp cpu/kernels_quant_avx2.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx2}")
 set_source_files_properties(cpu/kernels_avx512.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx512}")
-# Called only when cpu_features() reports AVX512_VNNI (Q8_0) or AVX512_BF16 (BF16) respectively.
-set_source_files_properties(cpu/kernels_avx512vnni.cpp
+# Called only when cpu_features() reports AVX512_VNNI (Q8_0 and the other quantised types) or
+# AVX512_BF16 (BF16) respectively.
+set_source_files_properties(cpu/kernels_avx512vnni.cpp cpu/kernels_quant_avx512vnni.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx512};-mavx512vnni;-mavx512bf16")
 set_source_files_properties(cpu/kernels_amx.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx512};-mamx-tile;-mamx-bf16;-mamx-int8")

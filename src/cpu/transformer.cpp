@@ -11,6 +11,12 @@
 // and the RMSNorms and activation packing between them on the calling thread (they are small).
 // Tasks never split a dot product, and every kernel's reduction order is fixed (kernels.hpp), so
 // the results do not depend on n, on the thread count or on which thread ran what.
+//
+// A step may carry the tokens of several sequences (forward_batch: one Transformer per sequence,
+// all over the same weights): the matrix products run over all their rows at once, while the
+// rotary angles, the KV cache writes and the attention of each row use its own sequence's
+// position and cache. Since no row's result depends on the other rows, each sequence gets
+// bitwise the logits it would get alone.
 #include "specdec/cpu/transformer.hpp"
 
 #include <fmt/format.h>
@@ -176,9 +182,12 @@ struct Transformer::State {
 
   // Activations of one step of n tokens, row-major [n][width].
   std::vector<float> x, xn, q, k, v, attn, proj, gate, up, hidden;
-  std::vector<float> rope_cos, rope_sin;              // [n][head_dim / 2]
-  std::vector<float> logits;                          // [tokens of the call][vocab]
-  std::array<PackedInput, input_format_count> packs;  // the current input, per InputFormat
+  std::vector<float> rope_cos, rope_sin;  // [n][head_dim / 2]
+  std::vector<float> logits;              // [tokens of the call][vocab]
+  std::vector<float> batch_logits;        // [n][vocab]: a step of several segments
+  // Row t of the current step: its segment, and its position in that segment's sequence.
+  std::vector<std::size_t> row_segment, row_position;  // [n]
+  std::array<PackedInput, input_format_count> packs;   // the current input, per InputFormat
   std::vector<std::vector<float>>
       scratch;  // per thread: attention scores [context] + head [head_dim]
 
@@ -342,18 +351,21 @@ void Transformer::rollback(std::size_t n) {
   cached_ = n;
 }
 
-LogitsView Transformer::forward(std::span<const token_t> tokens) {
-  if (tokens.empty()) throw Error("cpu::Transformer::forward: no tokens");
+void Transformer::check_input(std::span<const token_t> tokens, const char* who) const {
+  if (tokens.empty()) throw Error(fmt::format("cpu::Transformer::{}: no tokens", who));
   if (tokens.size() > context_length_ - cached_)
-    throw Error(fmt::format(
-        "cpu::Transformer::forward: {} cached + {} new tokens exceed the context length {}",
-        cached_, tokens.size(), context_length_));
+    throw Error(
+        fmt::format("cpu::Transformer::{}: {} cached + {} new tokens exceed the context length {}",
+                    who, cached_, tokens.size(), context_length_));
   for (std::size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= config_.vocab_size)
-      throw Error(fmt::format(
-          "cpu::Transformer::forward: token {} (at {}) is outside the vocabulary [0, {})",
-          tokens[i], i, config_.vocab_size));
+      throw Error(
+          fmt::format("cpu::Transformer::{}: token {} (at {}) is outside the vocabulary [0, {})",
+                      who, tokens[i], i, config_.vocab_size));
+}
 
+LogitsView Transformer::forward(std::span<const token_t> tokens) {
+  check_input(tokens, "forward");
   State& s = *state_;
   const ModelConfig& c = config_;
   s.logits.resize(tokens.size() * c.vocab_size);
@@ -363,7 +375,8 @@ LogitsView Transformer::forward(std::span<const token_t> tokens) {
     ParallelismChooser& chooser = s.choosers[State::chooser_index(tokens.size())];
     s.use_workers = chooser.use_workers();
     const auto start = std::chrono::steady_clock::now();
-    step(tokens, s.logits.data());
+    const Segment segment{this, tokens, s.logits.data()};
+    step(std::span(&segment, 1));
     chooser.record(s.use_workers,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     s.use_workers = true;
@@ -371,23 +384,110 @@ LogitsView Transformer::forward(std::span<const token_t> tokens) {
   }
   for (std::size_t first = 0; first < tokens.size(); first += max_step_tokens) {
     const std::size_t n = std::min(max_step_tokens, tokens.size() - first);
-    step(tokens.subspan(first, n), s.logits.data() + first * c.vocab_size);
+    const Segment segment{this, tokens.subspan(first, n), s.logits.data() + first * c.vocab_size};
+    step(std::span(&segment, 1));
   }
   return LogitsView{s.logits.data(), tokens.size(), c.vocab_size, Memory::host};
 }
 
-void Transformer::step(std::span<const token_t> tokens, float* logits) {
-  State& s = *state_;
+std::vector<LogitsView> Transformer::forward_batch(
+    std::span<Transformer* const> models, std::span<const std::span<const token_t>> inputs) {
+  if (models.size() != inputs.size())
+    throw Error(fmt::format("cpu::Transformer::forward_batch: {} models but {} inputs",
+                            models.size(), inputs.size()));
+  if (models.empty()) return {};
+  // Everything is checked before any cache changes.
+  Transformer& lead = *models[0];
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    Transformer& m = *models[i];
+    if (std::find(models.begin(), models.begin() + static_cast<std::ptrdiff_t>(i), &m) !=
+        models.begin() + static_cast<std::ptrdiff_t>(i))
+      throw Error(fmt::format(
+          "cpu::Transformer::forward_batch: model {} appears twice (one sequence per model)", i));
+    if (m.weights_ != lead.weights_)
+      throw Error(fmt::format(
+          "cpu::Transformer::forward_batch: model {} has other weights than model 0 (a batch "
+          "shares one WeightStore)",
+          i));
+    if (m.state_->pool != lead.state_->pool)
+      throw Error(fmt::format(
+          "cpu::Transformer::forward_batch: model {} runs on {} threads, model 0 on {} (a batch "
+          "shares one thread pool: give every model the same Options::threads)",
+          i, m.threads(), lead.threads()));
+    m.check_input(inputs[i], "forward_batch");
+  }
+
+  // The segments, packed into steps of at most max_step_tokens (a long input is cut, its parts
+  // going to consecutive steps: positions follow from each model's cache at its step).
+  State& s = *lead.state_;
+  const std::size_t vocab = lead.config_.vocab_size;
+  std::vector<LogitsView> out(models.size());
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    State& m = *models[i]->state_;
+    m.logits.resize(inputs[i].size() * vocab);
+    out[i] = LogitsView{m.logits.data(), inputs[i].size(), vocab, Memory::host};
+  }
+  std::vector<Segment> step_segments;
+  std::size_t in_step = 0;
+  auto run_step = [&] {
+    if (step_segments.empty()) return;
+    if (in_step <= 16 && s.adaptive_threads && s.pool->size() > 1) {
+      // As forward(): the lead model's chooser for steps of this size.
+      ParallelismChooser& chooser = s.choosers[State::chooser_index(in_step)];
+      s.use_workers = chooser.use_workers();
+      const auto start = std::chrono::steady_clock::now();
+      lead.step(step_segments);
+      chooser.record(
+          s.use_workers,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      s.use_workers = true;
+    } else {
+      lead.step(step_segments);
+    }
+    step_segments.clear();
+    in_step = 0;
+  };
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    for (std::size_t first = 0; first < inputs[i].size();) {
+      if (in_step == max_step_tokens) run_step();
+      const std::size_t n = std::min(max_step_tokens - in_step, inputs[i].size() - first);
+      step_segments.push_back(Segment{models[i], inputs[i].subspan(first, n),
+                                      models[i]->state_->logits.data() + first * vocab});
+      in_step += n;
+      first += n;
+    }
+  }
+  run_step();
+  return out;
+}
+
+void Transformer::step(std::span<const Segment> segments) {
+  State& s = *state_;  // activations; the KV caches are each segment's model's
   const ModelConfig& c = config_;
-  const std::size_t n = tokens.size(), dim = c.dim, hd = c.head_dim, half = hd / 2;
+  const std::size_t dim = c.dim, hd = c.head_dim, half = hd / 2;
   const std::size_t q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.ffn_dim;
-  const std::size_t pos0 = cached_;
   const Isa isa = s.isa;
   ThreadPool& pool = *s.pool;
   const std::size_t threads = pool.size();
   auto run = [&](std::size_t tasks, auto&& fn) { pool.run(tasks, fn, s.use_workers); };
 
+  // Row t of the step belongs to segment row_segment[t] and sits at position row_position[t] of
+  // that segment's sequence: the rows of all segments, one after the other.
+  std::size_t n = 0;
+  for (const Segment& seg : segments) n += seg.tokens.size();
+  s.row_segment.resize(n);
+  s.row_position.resize(n);
   s.x.resize(n * dim);
+  for (std::size_t i = 0, t = 0; i < segments.size(); ++i) {
+    const Segment& seg = segments[i];
+    for (std::size_t j = 0; j < seg.tokens.size(); ++j, ++t) {
+      s.row_segment[t] = i;
+      s.row_position[t] = seg.model->cached_ + j;
+      dequantize_row(s.embed, static_cast<std::size_t>(seg.tokens[j]), s.x.data() + t * dim);
+    }
+  }
+  auto kv_of = [&](std::size_t t) -> State& { return *segments[s.row_segment[t]].model->state_; };
+
   s.xn.resize(n * dim);
   s.q.resize(n * q_dim);
   s.k.resize(n * kv_dim);
@@ -398,15 +498,12 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
   s.up.resize(n * ffn);
   s.hidden.resize(n * ffn);
 
-  for (std::size_t t = 0; t < n; ++t)
-    dequantize_row(s.embed, static_cast<std::size_t>(tokens[t]), s.x.data() + t * dim);
-
   // Rotary angles of the n new positions: angle = float(pos) * inv_freq (float), as HF does.
   s.rope_cos.resize(n * half);
   s.rope_sin.resize(n * half);
   for (std::size_t t = 0; t < n; ++t)
     for (std::size_t i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(pos0 + t) * s.inv_freq[i];
+      const float angle = static_cast<float>(s.row_position[t]) * s.inv_freq[i];
       s.rope_cos[t * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
       s.rope_sin[t * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
     }
@@ -459,31 +556,33 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
                      hd);
         }
         if (is_q) continue;
-        const std::size_t at = s.kv_offset(li, !is_k, head, pos0 + t, hd);
-        if (s.kv_f16)
-          f32_to_f16_row(isa, h, s.kv_f16.get() + at, hd);
+        State& kv = kv_of(t);
+        const std::size_t at = kv.kv_offset(li, !is_k, head, s.row_position[t], hd);
+        if (kv.kv_f16)
+          f32_to_f16_row(isa, h, kv.kv_f16.get() + at, hd);
         else
-          std::copy(h, h + hd, s.kv_f32.get() + at);
+          std::copy(h, h + hd, kv.kv_f32.get() + at);
       }
     });
-    // Attention: one task per (token, query head).
+    // Attention: one task per (token, query head), over the token's own sequence's cache.
     const std::size_t group = c.n_heads / c.n_kv_heads;
     run(n * c.n_heads, [&](std::size_t task, std::size_t thread) {
       const std::size_t t = task / c.n_heads, head = task % c.n_heads, kv_head = head / group;
+      State& kv = kv_of(t);
       AttentionArgs args;
       args.q = s.q.data() + t * q_dim + head * hd;
-      const std::size_t k_at = s.kv_offset(li, false, kv_head, 0, hd),
-                        v_at = s.kv_offset(li, true, kv_head, 0, hd);
-      args.kv_f16 = s.kv_f16 != nullptr;
+      const std::size_t k_at = kv.kv_offset(li, false, kv_head, 0, hd),
+                        v_at = kv.kv_offset(li, true, kv_head, 0, hd);
+      args.kv_f16 = kv.kv_f16 != nullptr;
       args.k =
-          args.kv_f16 ? static_cast<const void*>(s.kv_f16.get() + k_at) : s.kv_f32.get() + k_at;
+          args.kv_f16 ? static_cast<const void*>(kv.kv_f16.get() + k_at) : kv.kv_f32.get() + k_at;
       args.v =
-          args.kv_f16 ? static_cast<const void*>(s.kv_f16.get() + v_at) : s.kv_f32.get() + v_at;
-      args.count = pos0 + t + 1;  // causal: positions 0 .. pos0 + t
+          args.kv_f16 ? static_cast<const void*>(kv.kv_f16.get() + v_at) : kv.kv_f32.get() + v_at;
+      args.count = s.row_position[t] + 1;  // causal: positions 0 .. its own
       args.head_dim = hd;
       args.row_stride = hd;
       args.scale = s.attn_scale;
-      args.scores = s.scratch[thread].data();
+      args.scores = kv.scratch[thread].data();  // sized for that model's context
       args.out = s.attn.data() + t * q_dim + head * hd;
       attend(isa, args);
     });
@@ -523,8 +622,20 @@ void Transformer::step(std::span<const token_t> tokens, float* logits) {
     rms_norm(isa, s.x.data() + t * dim, s.output_norm.data(), s.xn.data() + t * dim, dim,
              c.rms_norm_eps);
   s.pack(s.xn.data(), n, dim, {&s.output});
-  project(s.output, logits, c.vocab_size, [](std::size_t, std::size_t) {});
-  cached_ += n;
+  if (segments.size() == 1) {
+    project(s.output, segments[0].logits, c.vocab_size, [](std::size_t, std::size_t) {});
+  } else {
+    // One pass over the output matrix for every row, then each segment's rows to its buffer.
+    s.batch_logits.resize(n * c.vocab_size);
+    project(s.output, s.batch_logits.data(), c.vocab_size, [](std::size_t, std::size_t) {});
+    const float* from = s.batch_logits.data();
+    for (const Segment& seg : segments) {
+      const std::size_t count = seg.tokens.size() * c.vocab_size;
+      std::copy(from, from + count, seg.logits);
+      from += count;
+    }
+  }
+  for (const Segment& seg : segments) seg.model->cached_ += seg.tokens.size();
 }
 
 }  // namespace specdec::cpu

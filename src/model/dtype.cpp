@@ -70,14 +70,15 @@ constexpr std::array<const GgmlType*, kDTypeCount> rows_by_dtype() {
 }
 constexpr std::array<const GgmlType*, kDTypeCount> kRowOf = rows_by_dtype();
 
+// (Whether each row has a dequantiser is not part of the check: GCC does not treat the comparison
+// of a function's address with nullptr as a constant expression under -fsanitize=address, which
+// broke the asan build; tests/model checks every DType's dequantiser.)
 constexpr bool every_dtype_has_a_row() {
   for (std::size_t i = 0; i < kDTypeCount; ++i)
-    if (kRowOf[i] == nullptr || kAllDTypes[i] != static_cast<DType>(i) ||
-        kRowOf[i]->dequantize == nullptr)
-      return false;
+    if (kRowOf[i] == nullptr || kAllDTypes[i] != static_cast<DType>(i)) return false;
   return true;
 }
-static_assert(every_dtype_has_a_row(), "every DType needs exactly one row with a dequantiser");
+static_assert(every_dtype_has_a_row(), "every DType needs exactly one row");
 
 std::string make_supported_names() {
   std::string names;

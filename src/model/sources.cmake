@@ -4,6 +4,7 @@ list(APPEND SOURCES
   model/dtype.cpp    # the table of weight types
   model/quants.cpp   # dequantisers and quantisers of every weight type
   model/quant_mix.cpp  # llama.cpp's presets: the type of each tensor under Q4_K_M, ...
+  model/random_blocks.cpp  # random weights of any type (tests, benchmark models)
   model/weights.cpp
   model/gguf.cpp
   model/gguf_model.cpp

@@ -70,8 +70,8 @@ std::vector<token_t> concat(std::vector<token_t> a, const std::vector<token_t>& 
 json chat(const ChatPair& pair, const std::vector<std::string>& args, const std::string& input,
           specdec::test::RunResult* run = nullptr) {
   const auto file = specdec::test::temp_path(".json");
-  std::vector<std::string> all = {"chat", "-m", pair.target.string(), "--temp", "0", "-t", "1",
-                                  "--json-file", file.string()};
+  std::vector<std::string> all = {"chat", "-m", pair.target.string(), "--temp",     "0",
+                                  "-t",   "1",  "--json-file",        file.string()};
   all.insert(all.end(), args.begin(), args.end());
   const auto r = run_cli(all, input);
   INFO(r.err);
@@ -119,13 +119,15 @@ TEST_CASE("chat: a piped conversation appends only each turn's continuation", "[
   CHECK(continuation.front() == im_end);
   // The conversation's sequence (prompts and answers, what the caches hold) is the tokenization
   // of the whole conversation up to the last answer, then that answer's tokens.
-  const std::vector<token_t> whole = specdec::tokenize_chat(tok, tmpl.render(all.first(4), true), true);
+  const std::vector<token_t> whole =
+      specdec::tokenize_chat(tok, tmpl.render(all.first(4), true), true);
   CHECK(j["tokens"] == concat(whole, j["turns"][1]["tokens"].get<std::vector<token_t>>()));
   CHECK(j["turns"][1]["stats"]["prompt_tokens"] == continuation.size());
 }
 
-TEST_CASE("chat: answers over the reused KV cache are a fresh generation's; speculative == baseline",
-          "[cli][chat]") {
+TEST_CASE(
+    "chat: answers over the reused KV cache are a fresh generation's; speculative == baseline",
+    "[cli][chat]") {
   const ChatPair pair;
   const std::string input = "Hello there\n1 In the beginning\ndef copy(x):\n";
   const json base = chat(pair, {"--baseline", "-n", "30"}, input);
@@ -139,7 +141,7 @@ TEST_CASE("chat: answers over the reused KV cache are a fresh generation's; spec
   specdec::GenerationConfig config;
   config.max_new_tokens = 30;
   config.sampling.temperature = 0;
-  config.end_tokens = specdec::end_of_turn_tokens(tmpl, *model.tokenizer);
+  config.stop_tokens = specdec::end_of_turn_tokens(tmpl, *model.tokenizer);
   specdec::cpu::Transformer lm(model, specdec::cpu::Options{.threads = 1});
   specdec::AutoregressiveDecoder decoder(lm, model.tokenizer.get());
   for (std::size_t t = 0; t < 3; ++t) {
@@ -194,7 +196,8 @@ TEST_CASE("chat: generate --chat is the chat's first turn", "[cli][chat]") {
 TEST_CASE("chat input: /exit, end of input, blank lines, a backslash continues the line",
           "[cli][chat]") {
   const ChatPair pair;
-  json j = chat(pair, {"--baseline", "-n", "8"}, "  \n\nfirst \\\nsecond\r\nlast line without newline");
+  json j =
+      chat(pair, {"--baseline", "-n", "8"}, "  \n\nfirst \\\nsecond\r\nlast line without newline");
   REQUIRE(j["turns"].size() == 2);
   CHECK(j["messages"][0]["content"] == "first \nsecond");
   CHECK(j["messages"][2]["content"] == "last line without newline");
@@ -244,8 +247,8 @@ TEST_CASE("chat: Ctrl-C stops the current answer only; Ctrl-C at the prompt ends
   const ChatPair pair;
   const auto file = specdec::test::temp_path(".json");
   // --ignore-eos: the answers run to -n (thousands of tokens) unless interrupted.
-  Child child({"chat", "-m", pair.target.string(), "-md", pair.draft.string(), "--ignore-eos",
-               "-n", "3000", "-c", "8192", "--temp", "0.8", "--json-file", file.string()},
+  Child child({"chat", "-m", pair.target.string(), "-md", pair.draft.string(), "--ignore-eos", "-n",
+               "3000", "-c", "8192", "--temp", "0.8", "--json-file", file.string()},
               true);
   child.write_stdin("Tell me a story\n");
   REQUIRE(child.read_at_least(1));  // the answer is streaming

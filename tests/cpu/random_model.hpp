@@ -13,6 +13,7 @@
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/model/config.hpp"
 #include "specdec/model/quants.hpp"
+#include "specdec/model/random_blocks.hpp"
 #include "specdec/model/weights.hpp"
 
 namespace specdec::test {
@@ -30,7 +31,9 @@ inline std::vector<std::byte> encode(const std::vector<float>& v, DType dtype) {
 }
 
 /// A Llama-family model: `matrix_dtype` for the projection matrices and the embedding, f32 norms
-/// and biases. Weights are scaled for unit-variance activations.
+/// and biases. Weights are scaled for unit-variance activations: normal values quantised to the
+/// type where specdec can write it, else random blocks (random_blocks(): the K-quants, IQ4_NL,
+/// IQ4_XS) of about the same magnitude.
 inline RandomModel make_random_model(const ModelConfig& config, DType matrix_dtype, unsigned seed) {
   struct Holder {
     WeightStore store;
@@ -43,9 +46,14 @@ inline RandomModel make_random_model(const ModelConfig& config, DType matrix_dty
                  float offset, DType dtype) {
     std::size_t count = 1;
     for (auto d : shape) count *= d;
-    std::vector<float> v(count);
-    for (auto& x : v) x = offset + scale * normal(rng);
-    holder->buffers.push_back(encode(v, dtype));
+    if (quant::can_quantize(dtype)) {
+      std::vector<float> v(count);
+      for (auto& x : v) x = offset + scale * normal(rng);
+      holder->buffers.push_back(encode(v, dtype));
+    } else {
+      holder->buffers.emplace_back(count / dtype_block_elems(dtype) * dtype_block_bytes(dtype));
+      random_blocks(dtype, holder->buffers.back(), rng(), 2.0f * scale);
+    }
     const auto& bytes = holder->buffers.back();
     holder->store.add(Tensor{name, dtype, std::move(shape), bytes.data(), bytes.size()});
   };
@@ -95,6 +103,16 @@ inline ModelConfig small_llama() {
   c.ffn_dim = 96;
   c.context_length = 96;
   c.rope_layout = RopeLayout::adjacent_pairs;
+  return c;
+}
+
+/// For the 256-weight blocks: the same as small_llama with every matrix width a multiple of 256
+/// (dim 256, 4 heads of 64, FFN 512); the vocabulary (160 rows) still is not a multiple of 16.
+inline ModelConfig small_k() {
+  ModelConfig c = small_llama();
+  c.dim = 256;
+  c.head_dim = 64;
+  c.ffn_dim = 512;
   return c;
 }
 

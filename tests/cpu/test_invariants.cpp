@@ -7,13 +7,18 @@
 //  other);
 //  - thread count does not change the result; two instances can share one WeightStore;
 // plus the error cases of the interface.
+#include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <vector>
 
+#include "../model/model_writers.hpp"
 #include "random_model.hpp"
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/cpu/transformer.hpp"
+#include "specdec/model/loader.hpp"
 #include "specdec_test.hpp"
 
 namespace {
@@ -123,6 +128,57 @@ TEST_CASE("every instruction set gives the same logits for F32, F16 and Q8_0 wei
         CHECK(rows_equal(rows, first));
     }
   }
+}
+
+TEST_CASE("every quantised type: batch invariant, the same logits on every instruction set",
+          "[cpu][invariants]") {
+  for (DType dtype : all_dtypes()) {
+    if (is_float_dtype(dtype) || dtype == DType::q8_0) continue;  // the test cases above
+    const bool k = dtype_block_elems(dtype) == 256;
+    const test::RandomModel m =
+        test::make_random_model(k ? test::small_k() : test::small_llama(), dtype, 7);
+    INFO(dtype_name(dtype) << " on " << cpu::isa_name(cpu::default_isa()));
+    const std::vector<token_t> tokens = random_tokens(24, m.config.vocab_size, 3);
+    Transformer model(m.config, m.weights, {.threads = 2});
+    const std::vector<float> single =
+        run_in_chunks(model, tokens, std::vector<std::size_t>(tokens.size(), 1));
+    for (float v : single) REQUIRE(std::isfinite(v));
+    for (const std::vector<std::size_t>& sizes :
+         {std::vector<std::size_t>{16, 8}, {5, 2, 9, 4, 1, 3}, {24}}) {
+      model.reset();
+      CHECK(rows_equal(run_in_chunks(model, tokens, sizes), single));
+    }
+    for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::amx}) {
+      if (!cpu::isa_supported(isa)) continue;
+      const IsaOverride use(isa);
+      Transformer one(m.config, m.weights, {.threads = 1});
+      const LogitsView l = one.forward(tokens);
+      INFO(cpu::isa_name(isa));
+      CHECK(rows_equal(std::vector<float>(l.data, l.data + l.rows * l.vocab), single));
+    }
+  }
+}
+
+TEST_CASE("a tensor type the backend cannot compute fails at load, by file, tensor and type",
+          "[cpu][invariants]") {
+  // Every DType has kernels, so what is left to refuse are the ggml types outside DType: the
+  // GGUF loader names them (the Transformer's own check stays for types added later).
+  for (DType t : all_dtypes()) CHECK(cpu::has_matmul_kernel(t));
+  test::GgufWriter w = test::tiny_gguf(test::TinyModel{});
+  auto* t = w.find_tensor("blk.0.ffn_down.weight");
+  t->type = test::kGgmlIQ2_XS;
+  t->shape = {1, 256};
+  t->data = test::Bytes(74);
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / "specdec-test-iq2_xs.gguf";
+  const test::Bytes bytes = w.build();
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  CHECK_THROWS_WITH(load_model(path.string()), Catch::Contains(path.string()) &&
+                                                   Catch::Contains("blk.0.ffn_down.weight") &&
+                                                   Catch::Contains("IQ2_XS"));
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("f16 KV cache stays close to f32", "[cpu][invariants]") {

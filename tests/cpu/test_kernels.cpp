@@ -14,6 +14,7 @@
 #include "random_model.hpp"
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/model/quants.hpp"
+#include "specdec/model/random_blocks.hpp"
 #include "specdec_test.hpp"
 
 namespace {
@@ -222,6 +223,157 @@ TEST_CASE("matmul: every Isa and dtype, tails, token counts", "[cpu][kernels]") 
         }
       }
     }
+  }
+}
+
+namespace {
+
+/// The quantised types of the integer kernels (Q8_0 has its own tests above and below).
+constexpr DType integer_types[] = {DType::q4_0,   DType::q4_1, DType::q5_0,  DType::q5_1,
+                                   DType::iq4_nl, DType::q2_k, DType::q3_k,  DType::q4_k,
+                                   DType::q5_k,   DType::q6_k, DType::iq4_xs};
+
+/// Random blocks of `dtype` (random quants and sub-block scales, finite binary16 scales).
+TestMatrix random_matrix(DType dtype, std::size_t rows, std::size_t cols, unsigned seed) {
+  TestMatrix m;
+  m.bytes.resize(rows * dtype_row_bytes(dtype, cols, "test"));
+  random_blocks(dtype, m.bytes, seed, 0.5f);
+  m.ref = cpu::MatrixRef::of(Tensor{"w", dtype, {rows, cols}, m.bytes.data(), m.bytes.size()});
+  m.dequantized.resize(rows * cols);
+  for (std::size_t r = 0; r < rows; ++r)
+    cpu::dequantize_row(m.ref, r, m.dequantized.data() + r * cols);
+  return m;
+}
+
+/// The activations a kernel multiplies: the packed quants times their block scale, in double.
+std::vector<double> dequantized_input(const cpu::PackedInput& p) {
+  const std::size_t block = p.format() == cpu::InputFormat::q8_k_rows ? 256 : 32;
+  std::vector<double> x(p.n() * p.cols());
+  for (std::size_t t = 0; t < p.n(); ++t)
+    for (std::size_t k = 0; k < p.cols(); ++k)
+      x[t * p.cols() + k] =
+          static_cast<double>(p.q8()[t * p.cols() + k]) * p.q8_scales()[(t * p.cols() + k) / block];
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("integer kernels: every quantised type and Isa, ragged shapes, n = 1..16",
+          "[cpu][kernels]") {
+  struct Shape {
+    std::size_t rows, cols;
+    bool every_n;  // n = 1..16, else 1, 5 and 16 (the wide shapes)
+  };
+  for (DType dtype : integer_types) {
+    const std::size_t block = dtype_block_elems(dtype);
+    // One block; several; the 0.5B's widths 896 (32-blocks only) and 4864; rows that are not
+    // multiples of the 8- and 16-row groups.
+    std::vector<Shape> shapes = {{17, block, true}, {37, 3 * block, true}, {5, 4864, false}};
+    if (block == 32) shapes.push_back({23, 896, false});
+    for (const Shape& shape : shapes) {
+      const TestMatrix m =
+          random_matrix(dtype, shape.rows, shape.cols, static_cast<unsigned>(shape.cols));
+      const std::size_t n_max = 16;
+      const std::vector<float> x =
+          normal_floats(n_max * shape.cols, static_cast<unsigned>(shape.rows), 2.0f);
+      std::vector<std::size_t> ns = {1, 5, 16};
+      if (shape.every_n)
+        for (std::size_t n = 2; n <= 15; ++n)
+          if (n != 5) ns.push_back(n);
+      // Each token alone on the portable kernel: the reference rows.
+      std::vector<float> single(n_max * shape.rows);
+      for (std::size_t t = 0; t < n_max; ++t) {
+        cpu::PackedInput packed;
+        packed.pack(Isa::portable, dtype, x.data() + t * shape.cols, 1, shape.cols, shape.cols);
+        cpu::matmul(Isa::portable, m.ref, packed, 0, shape.rows, single.data() + t * shape.rows,
+                    shape.rows);
+        // Against a double-precision product of the model layer's dequantised weights (bit-exact
+        // with gguf.quants) and the dequantised packed activations. The kernel's float steps
+        // (the scale products, float(isum), one or two fmas per block) each round once.
+        const std::vector<double> xe = dequantized_input(packed);
+        const std::size_t blocks = shape.cols / block;
+        for (std::size_t r = 0; r < shape.rows; ++r) {
+          double exact = 0, magnitude = 0;
+          for (std::size_t k = 0; k < shape.cols; ++k) {
+            const double p = m.dequantized[r * shape.cols + k] * xe[k];
+            exact += p;
+            magnitude += std::fabs(p);
+          }
+          INFO(dtype_name(dtype) << " [" << shape.rows << ", " << shape.cols << "] t=" << t
+                                 << " r=" << r);
+          REQUIRE(std::fabs(single[t * shape.rows + r] - exact) <=
+                  1e-6 * static_cast<double>(blocks + 4) * magnitude + 1e-30);
+        }
+      }
+      for (Isa isa : supported_isas()) {
+        for (std::size_t n : ns) {
+          INFO(dtype_name(dtype) << " [" << shape.rows << ", " << shape.cols << "] n=" << n << " "
+                                 << cpu::isa_name(isa));
+          const std::vector<float> xn(x.begin(),
+                                      x.begin() + static_cast<std::ptrdiff_t>(n * shape.cols));
+          // In row ranges that start and end inside the 8- and 16-row groups.
+          cpu::PackedInput packed;
+          packed.pack(isa, dtype, xn.data(), n, shape.cols, shape.cols);
+          std::vector<float> y(n * shape.rows, std::numeric_limits<float>::quiet_NaN());
+          for (std::size_t r0 = 0; r0 < shape.rows; r0 += 13)
+            cpu::matmul(isa, m.ref, packed, r0, std::min(shape.rows, r0 + 13), y.data(),
+                        shape.rows);
+          // Bitwise the portable kernel's single-token rows: equal across instruction sets and
+          // batch invariant at once.
+          CHECK(std::memcmp(y.data(), single.data(), y.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("q8_k_rows packing: the documented quantisation, AVX-512 bytes equal to portable",
+          "[cpu][kernels]") {
+  const std::size_t cols = 768, n = 4, blocks = cols / 256;
+  std::vector<float> x = normal_floats(n * cols, 12, 3.0f);
+  x[0] = 1.0f + std::ldexp(1.0f, -8);
+  x[1] = std::numeric_limits<float>::infinity();  // its block quantises to zeros
+  x[300] = std::numeric_limits<float>::quiet_NaN();
+  x[301] = -0.0f;
+  x[302] = 1e-40f;
+  for (std::size_t k = 0; k < 256; ++k) x[cols + k] = static_cast<float>(k % 64) - 31.5f;  // ties
+  for (std::size_t k = 256; k < 512; ++k) x[2 * cols + k] = 0.0f;  // an all-zero block
+  for (std::size_t k = 512; k < 768; ++k) x[3 * cols + k] = k % 2 ? 1.0f : -1.0f;  // +-127
+  cpu::PackedInput portable;
+  portable.pack(Isa::portable, DType::q4_k, x.data(), n, cols, cols);
+  REQUIRE(portable.format() == cpu::InputFormat::q8_k_rows);
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t b = 0; b < blocks; ++b) {
+      INFO("t=" << t << " b=" << b);
+      const float* xb = x.data() + t * cols + b * 256;
+      float amax = 0;
+      for (std::size_t j = 0; j < 256; ++j)
+        if (std::fabs(xb[j]) > amax) amax = std::fabs(xb[j]);  // NaN compares false
+      const float d = amax / 127.0f;
+      REQUIRE(std::memcmp(&portable.q8_scales()[t * blocks + b], &d, 4) == 0);
+      const std::int8_t* q = portable.q8() + t * cols + b * 256;
+      const std::int16_t* sums = portable.q8_sums() + (t * blocks + b) * 24;
+      for (std::size_t j = 0; j < 256; ++j) {
+        const float v = xb[j] * (d != 0 ? 1.0f / d : 0.0f);
+        REQUIRE(q[j] == (std::isnan(v) ? 0 : static_cast<int>(std::round(v))));
+      }
+      for (std::size_t i = 0; i < 16; ++i) {
+        int sum = 0;
+        for (std::size_t j = 0; j < 16; ++j) sum += q[16 * i + j];
+        REQUIRE(sums[i] == sum);
+      }
+      for (std::size_t i = 0; i < 8; ++i) REQUIRE(sums[16 + i] == sums[2 * i] + sums[2 * i + 1]);
+    }
+  for (Isa isa : supported_isas()) {
+    cpu::PackedInput packed;
+    packed.prepare(isa, DType::q6_k, n, cols);
+    // In column ranges of one block, as the Transformer's packing tasks may split it.
+    for (std::size_t c = 0; c < cols; c += packed.column_granule())
+      packed.pack_columns(x.data(), cols, c, std::min(cols, c + packed.column_granule()));
+    INFO(cpu::isa_name(isa));
+    CHECK(std::memcmp(packed.q8(), portable.q8(), n * cols) == 0);
+    CHECK(std::memcmp(packed.q8_scales(), portable.q8_scales(), n * blocks * 4) == 0);
+    CHECK(std::memcmp(packed.q8_sums(), portable.q8_sums(), n * blocks * 24 * 2) == 0);
   }
 }
 

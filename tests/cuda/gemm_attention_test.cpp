@@ -1,5 +1,7 @@
-// The skinny GEMM and the split-K attention against CPU references, plus the skinny GEMM's
-// batch invariance (bitwise) and the attention's independence of the split count.
+// The skinny GEMM (every weight type) and the split-K attention against CPU references, plus the
+// skinny GEMM's exact order and batch invariance (bitwise) and the attention's independence of
+// the split count.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -7,13 +9,14 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/skinny_gemm.hpp"
+#include "random_weights.hpp"
 #include "reference.hpp"
 #include "support.hpp"
 
 namespace {
 
+using specdec::DType;
 using specdec::cuda::KvType;
-using specdec::cuda::WeightType;
 using specdec::test::DeviceBuffer;
 using specdec::test::for_each_order;
 using specdec::test::random_floats;
@@ -23,57 +26,144 @@ namespace k = specdec::cuda::kernels;
 
 }  // namespace
 
-TEST_CASE("skinny GEMM matches the reference", "[cuda-emu][kernels][gemm]") {
-  struct Shape {
-    int out, in;
-  };
+namespace {
+
+/// Every weight type, as DType.
+std::vector<DType> all_types() {
+  const auto t = specdec::all_dtypes();
+  return {t.begin(), t.end()};
+}
+
+/// A row length of `blocks` blocks of t.
+int cols_of(DType t, int blocks) {
+  return blocks * static_cast<int>(specdec::dtype_block_elems(t));
+}
+
+/// Runs the skinny GEMM on random weights of type t and checks it against both references:
+/// bitwise against the exact-order one, within rounding against the double-precision one.
+void check_gemm(DType type, int out, int in, int n, int warps, std::uint32_t seed) {
+  INFO(specdec::dtype_name(type) << ": out " << out << " in " << in << " n " << n << " warps "
+                                 << warps);
+  const auto bytes = specdec::test::random_weights(type, static_cast<std::size_t>(out),
+                                                   static_cast<std::size_t>(in), seed);
+  const auto w = specdec::test::dequantized(type, bytes, static_cast<std::size_t>(out),
+                                            static_cast<std::size_t>(in));
+  const auto x = random_floats(static_cast<std::size_t>(n) * in, seed + 1, -2.0f, 2.0f);
+  DeviceBuffer<std::uint8_t> d_w(bytes);
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<float> d_y(static_cast<std::size_t>(n) * out);
+  k::skinny_gemm(type, d_w.get(), d_x.get(), d_y.get(), n, out, in, nullptr, warps);
+  const auto got = d_y.download();
+  // Float rows that are not whole 8-weight blocks are read element by element.
+  const bool elementwise = specdec::is_float_dtype(type) && in % 8 != 0;
+  const auto exact = ref::gemm_exact_order(type, w, x, n, out, in, elementwise);
+  REQUIRE(std::memcmp(got.data(), exact.data(), got.size() * sizeof(float)) == 0);
+  // f32 accumulation of `in` products of magnitude <= max|w| * 2: its rounding bound.
+  double w_max = 0.0;
+  for (const float v : w) w_max = std::max(w_max, std::abs(double{v}));
+  require_close(got, ref::gemm_xwT(w, x, n, out, in), 1e-5, 2e-6 * w_max * static_cast<double>(in));
+}
+
+}  // namespace
+
+TEST_CASE("skinny GEMM matches the references for every weight type", "[cuda-emu][kernels][gemm]") {
+  // Ragged shapes: row counts that are not multiples of the rows per block (2 per warp), one
+  // block per row, several, and the 896 / 4864 widths of Qwen2.5-0.5B (896 is no multiple of
+  // the K-quants' 256: only the 32-block and float types have it).
   for_each_order([] {
-    for (WeightType type : {WeightType::f16, WeightType::bf16}) {
-      for (const Shape s :
-           {Shape{37, 64}, Shape{130, 72}, Shape{9, 520}, Shape{20, 100}, Shape{5, 3}}) {
-        for (int n : {1, 2, 3, 5, 9, 16}) {
-          const int warps = n % 3 == 0 ? 1 : (n % 2 == 0 ? 2 : 4);
-          INFO("out " << s.out << " in " << s.in << " n " << n << " warps " << warps << " bf16 "
-                      << (type == WeightType::bf16));
-          const auto w_bits =
-              ref::to_bits(random_floats(static_cast<std::size_t>(s.out) * s.in, 70u + s.in), type);
-          const auto x = random_floats(static_cast<std::size_t>(n) * s.in, 71u + n);
-          DeviceBuffer<std::uint16_t> d_w(w_bits);
-          DeviceBuffer<float> d_x(x);
-          DeviceBuffer<float> d_y(static_cast<std::size_t>(n) * s.out);
-          k::skinny_gemm(type, d_w.get(), d_x.get(), d_y.get(), n, s.out, s.in, nullptr, warps);
-          const auto expected = ref::gemm_xwT(ref::from_bits(w_bits, type), x, n, s.out, s.in);
-          require_close(d_y.download(), expected, 1e-5,
-                        1e-5 * std::sqrt(static_cast<double>(s.in)));
-        }
-      }
+    for (const DType type : all_types()) {
+      const int block = static_cast<int>(specdec::dtype_block_elems(type));
+      check_gemm(type, 5, cols_of(type, 1), 3, 2, 100);
+      check_gemm(type, 19, cols_of(type, 3), 16, 4, 101);
+      if (896 % block == 0) check_gemm(type, 7, 896, 2, 1, 102);
+      check_gemm(type, 3, 4864, 5, 2, 103);
     }
   });
+  // The float types' element-by-element path (rows not a multiple of 8).
+  for (const DType type : {DType::f32, DType::f16, DType::bf16}) {
+    check_gemm(type, 9, 37, 4, 1, 104);
+    check_gemm(type, 20, 100, 9, 2, 105);
+  }
+}
+
+TEST_CASE("skinny GEMM: every token count 1..16", "[cuda-emu][kernels][gemm]") {
+  for (const DType type : all_types()) {
+    for (int n = 1; n <= k::kSkinnyMaxTokens; ++n)
+      check_gemm(type, 11, cols_of(type, 2), n, 1 + n % 4, 110 + static_cast<std::uint32_t>(n));
+  }
+}
+
+TEST_CASE("skinny GEMM writes rows of a wider output (ldy)", "[cuda-emu][kernels][gemm]") {
+  const int out = 6, in = 512, n = 3, ldy = 10, first = 4;
+  const auto bytes = specdec::test::random_weights(DType::q4_k, out, in, 120);
+  const auto w = specdec::test::dequantized(DType::q4_k, bytes, out, in);
+  const auto x = random_floats(static_cast<std::size_t>(n) * in, 121);
+  DeviceBuffer<std::uint8_t> d_w(bytes);
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<float> d_y(static_cast<std::size_t>(n) * ldy);
+  k::skinny_gemm(DType::q4_k, d_w.get(), d_x.get(), d_y.get() + first, n, out, in, nullptr, 2, ldy);
+  const auto y = d_y.download();
+  const auto exact = ref::gemm_exact_order(DType::q4_k, w, x, n, out, in, false);
+  for (int t = 0; t < n; ++t) {
+    for (int c = 0; c < ldy; ++c) {
+      const float v = y[static_cast<std::size_t>(t) * ldy + c];
+      if (c < first) {
+        REQUIRE(std::isnan(v));  // untouched (cudaMalloc's 0xFF fill)
+      } else {
+        REQUIRE(v == exact[static_cast<std::size_t>(t) * out + c - first]);
+      }
+    }
+  }
+}
+
+TEST_CASE("skinny GEMM rejects invalid arguments", "[cuda-emu][kernels][gemm]") {
+  DeviceBuffer<std::uint8_t> w(4096);
+  DeviceBuffer<float> x(1024), y(1024);
+  auto gemm = [&](DType type, int n, int out, int in, const void* wp, const float* xp,
+                  int ldy = 0) {
+    k::skinny_gemm(type, wp, xp, y.get(), n, out, in, nullptr, 4, ldy);
+  };
+  CHECK_THROWS_AS(gemm(DType::q4_k, 1, 2, 128, w.get(), x.get()), specdec::Error);  // half block
+  CHECK_THROWS_AS(gemm(DType::q4_k, 1, 2, 256, w.get() + 8, x.get()), specdec::Error);
+  CHECK_THROWS_AS(gemm(DType::q8_0, 1, 2, 32, w.get() + 1, x.get()), specdec::Error);
+  CHECK_THROWS_AS(gemm(DType::q8_0, 1, 2, 32, w.get(), x.get() + 1), specdec::Error);
+  CHECK_THROWS_AS(gemm(DType::q8_0, 0, 2, 32, w.get(), x.get()), specdec::Error);
+  CHECK_THROWS_AS(gemm(DType::q8_0, 17, 2, 32, w.get(), x.get()), specdec::Error);
+  CHECK_THROWS_AS(gemm(DType::q8_0, 1, 4, 32, w.get(), x.get(), 3), specdec::Error);
+  for (const DType type : all_types()) CHECK(k::has_weight_kernels(type));
 }
 
 TEST_CASE("skinny GEMM is batch-invariant bit for bit", "[cuda-emu][kernels][gemm]") {
   // Token rows computed alone, in batches of every size and at every position of the batch give
   // the same bits.
-  for (const int in : {256, 72, 100}) {  // one vector path with full and partial chunks, one scalar
+  struct Case {
+    DType type;
+    int in;
+  };
+  // F16 with one vector path with full and partial chunks and one element-wise; quantised types
+  // of each family.
+  for (const Case c :
+       {Case{DType::f16, 256}, Case{DType::f16, 72}, Case{DType::f16, 100}, Case{DType::q4_k, 512},
+        Case{DType::q6_k, 768}, Case{DType::q8_0, 96}, Case{DType::q5_1, 64}}) {
+    const int in = c.in;
     const int out = 24;
     const int max_n = k::kSkinnyMaxTokens;
-    const auto w_bits =
-        ref::to_bits(random_floats(static_cast<std::size_t>(out) * in, 80u), WeightType::f16);
+    const auto bytes = specdec::test::random_weights(c.type, out, static_cast<std::size_t>(in), 80);
     const auto x = random_floats(static_cast<std::size_t>(max_n) * in, 81u, -4.0f, 4.0f);
-    DeviceBuffer<std::uint16_t> d_w(w_bits);
+    DeviceBuffer<std::uint8_t> d_w(bytes);
     DeviceBuffer<float> d_x(x);
     DeviceBuffer<float> d_full(static_cast<std::size_t>(max_n) * out);
-    k::skinny_gemm(WeightType::f16, d_w.get(), d_x.get(), d_full.get(), max_n, out, in, nullptr);
+    k::skinny_gemm(c.type, d_w.get(), d_x.get(), d_full.get(), max_n, out, in, nullptr);
     const auto full = d_full.download();
     for (int n = 1; n <= max_n; ++n) {
       for (int first = 0; first + n <= max_n; first += n) {
-        INFO("in " << in << " batch of " << n << " starting at token " << first);
+        INFO(specdec::dtype_name(c.type)
+             << " in " << in << " batch of " << n << " starting at token " << first);
         DeviceBuffer<float> d_sub(
             std::vector<float>(x.begin() + static_cast<std::ptrdiff_t>(first) * in,
                                x.begin() + static_cast<std::ptrdiff_t>(first + n) * in));
         DeviceBuffer<float> d_y(static_cast<std::size_t>(n) * out);
-        k::skinny_gemm(WeightType::f16, d_w.get(), d_sub.get(), d_y.get(), n, out, in, nullptr,
-                       1 + n % 4);
+        k::skinny_gemm(c.type, d_w.get(), d_sub.get(), d_y.get(), n, out, in, nullptr, 1 + n % 4);
         const auto y = d_y.download();
         REQUIRE(std::memcmp(y.data(), full.data() + static_cast<std::size_t>(first) * out,
                             y.size() * sizeof(float)) == 0);
@@ -103,10 +193,10 @@ std::pair<std::vector<float>, std::vector<float>> run_attention(const AttentionC
   DeviceBuffer<float> d_k32, d_v32;
   DeviceBuffer<std::uint16_t> d_k16, d_v16;
   if (kv == KvType::f16) {
-    const auto kb = ref::to_bits(kf, WeightType::f16);
-    const auto vb = ref::to_bits(vf, WeightType::f16);
-    kf = ref::from_bits(kb, WeightType::f16);  // the reference sees the stored values
-    vf = ref::from_bits(vb, WeightType::f16);
+    const auto kb = ref::to_bits(kf, DType::f16);
+    const auto vb = ref::to_bits(vf, DType::f16);
+    kf = ref::from_bits(kb, DType::f16);  // the reference sees the stored values
+    vf = ref::from_bits(vb, DType::f16);
     d_k16 = DeviceBuffer<std::uint16_t>(kb);
     d_v16 = DeviceBuffer<std::uint16_t>(vb);
   } else {
@@ -183,8 +273,8 @@ TEST_CASE("attention is batch-invariant bit for bit", "[cuda-emu][kernels][atten
   const auto q = random_floats(static_cast<std::size_t>(n) * n_heads * hd, 200u, -2.0f, 2.0f);
   const std::size_t cache_elems = static_cast<std::size_t>(n_kv) * capacity * hd;
   DeviceBuffer<std::uint16_t> d_k(
-      ref::to_bits(random_floats(cache_elems, 201u, -2.0f, 2.0f), WeightType::f16));
-  DeviceBuffer<std::uint16_t> d_v(ref::to_bits(random_floats(cache_elems, 202u), WeightType::f16));
+      ref::to_bits(random_floats(cache_elems, 201u, -2.0f, 2.0f), DType::f16));
+  DeviceBuffer<std::uint16_t> d_v(ref::to_bits(random_floats(cache_elems, 202u), DType::f16));
   for (int chunk : {32, 128}) {
     auto run = [&](int first, int count) {
       DeviceBuffer<float> d_q(std::vector<float>(

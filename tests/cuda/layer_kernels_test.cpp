@@ -2,6 +2,7 @@
 // including sizes that are not multiples of the vector width or the block size.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "host/blas.hpp"
@@ -10,14 +11,15 @@
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope_kv.hpp"
 #include "kernels/swiglu.hpp"
+#include "random_weights.hpp"
 #include "reference.hpp"
 #include "support.hpp"
 
 namespace {
 
+using specdec::DType;
 using specdec::RopeLayout;
 using specdec::cuda::KvType;
-using specdec::cuda::WeightType;
 using specdec::test::DeviceBuffer;
 using specdec::test::for_each_order;
 using specdec::test::random_floats;
@@ -27,16 +29,21 @@ namespace k = specdec::cuda::kernels;
 
 }  // namespace
 
-TEST_CASE("embedding gather", "[cuda-emu][kernels]") {
+TEST_CASE("embedding gather: every weight type, bit for bit", "[cuda-emu][kernels]") {
+  // Rows are dequantised on the device exactly as the model layer dequantises them.
   for_each_order([] {
-    for (WeightType type : {WeightType::f16, WeightType::bf16}) {
-      for (int dim : {64, 37, 288}) {
-        INFO("dim " << dim << " bf16 " << (type == WeightType::bf16));
+    for (const DType type : specdec::all_dtypes()) {
+      const int block = static_cast<int>(specdec::dtype_block_elems(type));
+      std::vector<int> dims = {block, 3 * block};
+      if (block == 1) dims = {64, 37, 288};  // float types: vector and element-wise paths
+      for (const int dim : dims) {
+        INFO(specdec::dtype_name(type) << " dim " << dim);
         const int vocab = 50;
         const auto table =
-            ref::to_bits(random_floats(static_cast<std::size_t>(vocab) * dim, 1u + dim), type);
+            specdec::test::random_weights(type, vocab, static_cast<std::size_t>(dim), 1u + dim);
+        const auto values = specdec::test::dequantized(type, table, vocab, dim);
         const std::vector<specdec::token_t> tokens = {3, 0, 49, 3, 17, -1, 50};
-        DeviceBuffer<std::uint16_t> d_table(table);
+        DeviceBuffer<std::uint8_t> d_table(table);
         DeviceBuffer<specdec::token_t> d_tokens(tokens);
         DeviceBuffer<float> out(tokens.size() * static_cast<std::size_t>(dim));
         k::embedding_gather(type, d_table.get(), vocab, dim, d_tokens.get(),
@@ -48,14 +55,40 @@ TEST_CASE("embedding gather", "[cuda-emu][kernels]") {
             if (tokens[t] < 0 || tokens[t] >= vocab) {
               REQUIRE(std::isnan(g));  // invalid ids (the host rejects them first) give NaN rows
             } else {
-              REQUIRE(g ==
-                      ref::from_bits(table[static_cast<std::size_t>(tokens[t]) * dim + i], type));
+              const float e = values[static_cast<std::size_t>(tokens[t]) * dim + i];
+              REQUIRE(std::memcmp(&g, &e, sizeof g) == 0);
             }
           }
         }
       }
     }
   });
+}
+
+TEST_CASE("dequantize_rows to F16 / BF16: every weight type, bit for bit", "[cuda-emu][kernels]") {
+  // The prefill path's dequantisation: the model layer's value rounded to nearest even.
+  for (const DType type : specdec::all_dtypes()) {
+    const int block = static_cast<int>(specdec::dtype_block_elems(type));
+    for (const int cols : {block == 1 ? 40 : 2 * block, block == 1 ? 13 : block}) {
+      const int rows = 5;
+      const auto bytes =
+          specdec::test::random_weights(type, rows, static_cast<std::size_t>(cols), 7u);
+      const auto values = specdec::test::dequantized(type, bytes, rows, cols);
+      DeviceBuffer<std::uint8_t> d_w(bytes);
+      for (const DType to : {DType::f16, DType::bf16}) {
+        INFO(specdec::dtype_name(type) << " -> " << specdec::dtype_name(to) << ", cols " << cols);
+        DeviceBuffer<std::uint16_t> d_out(values.size());
+        k::dequantize_rows(type, d_w.get(), rows, cols, to, d_out.get(), nullptr);
+        REQUIRE(d_out.download() == ref::to_bits(values, to));
+      }
+    }
+  }
+  DeviceBuffer<std::uint8_t> w(1024);
+  DeviceBuffer<std::uint16_t> out(1024);
+  CHECK_THROWS_AS(k::dequantize_rows(DType::q4_0, w.get(), 1, 48, DType::f16, out.get(), nullptr),
+                  specdec::Error);  // not whole blocks
+  CHECK_THROWS_AS(k::dequantize_rows(DType::q4_0, w.get(), 1, 32, DType::f32, out.get(), nullptr),
+                  specdec::Error);  // not a 16-bit output
 }
 
 TEST_CASE("RMSNorm fused with the residual add", "[cuda-emu][kernels]") {
@@ -161,10 +194,10 @@ TEST_CASE("rotary embedding fused into the KV-cache write", "[cuda-emu][kernels]
           require_close(got_q, exp_q, 1e-5, 1e-5);
 
           const double kv_tol = kv == KvType::f16 ? 1e-3 : 1e-5;
-          const auto kc = kv == KvType::f16 ? ref::from_bits(d_k16.download(), WeightType::f16)
-                                            : d_k32.download();
-          const auto vc = kv == KvType::f16 ? ref::from_bits(d_v16.download(), WeightType::f16)
-                                            : d_v32.download();
+          const auto kc =
+              kv == KvType::f16 ? ref::from_bits(d_k16.download(), DType::f16) : d_k32.download();
+          const auto vc =
+              kv == KvType::f16 ? ref::from_bits(d_v16.download(), DType::f16) : d_v32.download();
           for (int t = 0; t < s.n; ++t) {
             for (int h = 0; h < s.n_kv; ++h) {
               for (int d = 0; d < s.hd; ++d) {
@@ -210,7 +243,7 @@ TEST_CASE("SwiGLU", "[cuda-emu][kernels]") {
 }
 
 TEST_CASE("f32 to 16-bit conversion and the BLAS layer (prefill GEMM)", "[cuda-emu][kernels]") {
-  for (WeightType type : {WeightType::f16, WeightType::bf16}) {
+  for (DType type : {DType::f16, DType::bf16}) {
     const int n = 20, out = 33, in = 40;
     const auto x = random_floats(static_cast<std::size_t>(n) * in, 60u);
     const auto w_bits = ref::to_bits(random_floats(static_cast<std::size_t>(out) * in, 61u), type);
@@ -223,9 +256,26 @@ TEST_CASE("f32 to 16-bit conversion and the BLAS layer (prefill GEMM)", "[cuda-e
     DeviceBuffer<std::uint16_t> d_w(w_bits);
     DeviceBuffer<float> d_y(static_cast<std::size_t>(n) * out);
     specdec::cuda::Blas blas;
-    blas.gemm_xwT(type, d_w.get(), d_x16.get(), d_y.get(), n, out, in, nullptr);
+    blas.gemm_xwT(type, d_w.get(), d_x16.get(), d_y.get(), n, out, in, out, nullptr);
     const auto expected =
         ref::gemm_xwT(ref::from_bits(w_bits, type), ref::from_bits(x16, type), n, out, in);
     require_close(d_y.download(), expected, 1e-4, 1e-5);
+
+    // Into rows of a wider output (ldy > out): the prefill path's row chunks and projection parts.
+    const int ldy = out + 7;
+    DeviceBuffer<float> d_wide(static_cast<std::size_t>(n) * ldy);
+    blas.gemm_xwT(type, d_w.get(), d_x16.get(), d_wide.get() + 3, n, out, in, ldy, nullptr);
+    const auto wide = d_wide.download();
+    for (int t = 0; t < n; ++t) {
+      for (int c = 0; c < ldy; ++c) {
+        const float v = wide[static_cast<std::size_t>(t) * ldy + c];
+        if (c < 3 || c >= 3 + out) {
+          REQUIRE(std::isnan(v));  // untouched
+        } else {
+          REQUIRE(std::abs(v - expected[static_cast<std::size_t>(t) * out + c - 3]) <=
+                  1e-5 + 1e-4 * std::abs(expected[static_cast<std::size_t>(t) * out + c - 3]));
+        }
+      }
+    }
   }
 }

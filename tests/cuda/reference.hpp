@@ -1,11 +1,9 @@
 #pragma once
 // CPU references of the CUDA kernels, written for clarity (double accumulation, no tricks), from
-// the definitions in the kernels' headers. Inputs are the exact values the device sees (16-bit
-// weights are converted from their stored bits), so differences are rounding of the kernels'
-// f32 arithmetic only.
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// the definitions in the kernels' headers. Inputs are the exact values the device sees (weights
+// are the model layer's dequantisation of the stored bytes), so differences are rounding of the
+// kernels' f32 arithmetic only. gemm_exact_order is the exception: it reproduces the skinny
+// GEMM's order of f32 operations, so that the tests can require bitwise equality.
 
 #include <algorithm>
 #include <cmath>
@@ -16,39 +14,27 @@
 #include <vector>
 
 #include "kernels/types.hpp"
+#include "kernels/weight_layout.hpp"
 #include "specdec/common.hpp"
 #include "specdec/model/config.hpp"
+#include "specdec/model/float16.hpp"
 
 namespace specdec::test::ref {
 
-/// 16-bit storage of the given type, bit patterns (uint16) on the host.
-inline std::uint16_t to_bits(float v, cuda::WeightType type) {
-  std::uint16_t bits = 0;
-  if (type == cuda::WeightType::f16) {
-    const __half h = __float2half_rn(v);
-    std::memcpy(&bits, &h, 2);
-  } else {
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    std::memcpy(&bits, &h, 2);
-  }
-  return bits;
+/// 16-bit storage (F16 or BF16), bit patterns (uint16) on the host: the model layer's
+/// conversions (round to nearest even).
+inline std::uint16_t to_bits(float v, DType type) {
+  return type == DType::f16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
 }
-inline float from_bits(std::uint16_t bits, cuda::WeightType type) {
-  if (type == cuda::WeightType::f16) {
-    __half h;
-    std::memcpy(static_cast<void*>(&h), &bits, 2);
-    return __half2float(h);
-  }
-  __nv_bfloat16 h;
-  std::memcpy(static_cast<void*>(&h), &bits, 2);
-  return __bfloat162float(h);
+inline float from_bits(std::uint16_t bits, DType type) {
+  return type == DType::f16 ? fp16_to_fp32(bits) : bf16_to_fp32(bits);
 }
-inline std::vector<std::uint16_t> to_bits(const std::vector<float>& v, cuda::WeightType type) {
+inline std::vector<std::uint16_t> to_bits(const std::vector<float>& v, DType type) {
   std::vector<std::uint16_t> out(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) out[i] = to_bits(v[i], type);
   return out;
 }
-inline std::vector<float> from_bits(const std::vector<std::uint16_t>& v, cuda::WeightType type) {
+inline std::vector<float> from_bits(const std::vector<std::uint16_t>& v, DType type) {
   std::vector<float> out(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_bits(v[i], type);
   return out;
@@ -66,6 +52,45 @@ inline std::vector<float> gemm_xwT(const std::vector<float>& w, const std::vecto
              x[static_cast<std::size_t>(t) * in + k];
       }
       y[static_cast<std::size_t>(t) * out + r] = static_cast<float>(s);
+    }
+  }
+  return y;
+}
+
+/// y[t][r] in the skinny GEMM's exact order (skinny_gemm.hpp, weight_layout.hpp): 16 lane
+/// partial sums, lane l accumulating with fused multiply-adds (from +0) the weights of pieces
+/// l, l + 16, ... group by group (or, `elementwise`, the columns l, l + 16, ...), combined by the
+/// butterfly tree of warp_sum_scatter: ((a0+a8) + (a4+a12)) + ((a2+a10) + (a6+a14)) + ... .
+/// w: the dequantised weights [out][in].
+inline std::vector<float> gemm_exact_order(DType type, const std::vector<float>& w,
+                                           const std::vector<float>& x, int n, int out, int in,
+                                           bool elementwise) {
+  constexpr int kLanes = cuda::kSkinnyLanesPerRow;
+  const cuda::PieceLayout layout = cuda::piece_layout(type);
+  const int pieces = in / layout.block_elems * layout.pieces;
+  std::vector<float> y(static_cast<std::size_t>(n) * out);
+  for (int t = 0; t < n; ++t) {
+    const float* xt = x.data() + static_cast<std::size_t>(t) * in;
+    for (int r = 0; r < out; ++r) {
+      const float* wr = w.data() + static_cast<std::size_t>(r) * in;
+      float a[kLanes] = {};
+      for (int l = 0; l < kLanes; ++l) {
+        if (elementwise) {
+          for (int k = l; k < in; k += kLanes) a[l] = std::fma(wr[k], xt[k], a[l]);
+          continue;
+        }
+        for (int p = l; p < pieces; p += kLanes) {
+          const int block = p / layout.pieces, in_block = p % layout.pieces;
+          for (int g = 0; g < layout.groups; ++g) {
+            const int col = block * layout.block_elems + cuda::group_column(type, in_block, g);
+            for (int i = 0; i < 8; ++i) a[l] = std::fma(wr[col + i], xt[col + i], a[l]);
+          }
+        }
+      }
+      for (int width = kLanes / 2; width >= 1; width /= 2) {
+        for (int l = 0; l < width; ++l) a[l] = a[l] + a[l + width];
+      }
+      y[static_cast<std::size_t>(t) * out + r] = a[0];
     }
   }
   return y;

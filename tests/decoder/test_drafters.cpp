@@ -198,6 +198,32 @@ TEST_CASE("speculative decoding stops at the same token as the baseline", "[deco
   }
 }
 
+TEST_CASE("stop tokens end the generation like EOS, also inside an accepted draft", "[decoder]") {
+  // Token 3 ("d") as an end-of-turn token: the generation stops before it, as at EOS, for the
+  // baseline and for a speculative round that accepted it (and even with stop_at_eos off).
+  const std::vector<token_t> script{0, 1, 2, 3, 0, 1};
+  const std::vector<token_t> prompt{0, 1};
+  const MockTokenizer tok(kPieces, 7);
+  for (const bool stop_at_eos : {true, false}) {
+    GenerationConfig cfg;
+    cfg.sampling.temperature = 0;
+    cfg.stop_tokens = {5, 3};
+    cfg.stop_at_eos = stop_at_eos;
+    MockLM plain_model = scripted(script, prompt.size());
+    specdec::AutoregressiveDecoder plain(plain_model, &tok);
+    const auto base = plain.generate(prompt, cfg);
+    CHECK(base.tokens == std::vector<token_t>{0, 1, 2});
+    CHECK(base.text == "abc");
+    CHECK(base.stop_reason == StopReason::eos);
+    MockLM target = scripted(script, prompt.size()), draft = scripted(script, prompt.size());
+    specdec::SpeculativeDecoder dec(draft, target, specdec::SpeculativeOptions{.k = 6}, &tok, &tok);
+    const auto r = dec.generate(prompt, cfg);
+    CHECK(r.tokens == base.tokens);
+    CHECK(r.stop_reason == StopReason::eos);
+    CHECK(target.cached() == prompt.size() + 3);  // rolled back to the sequence
+  }
+}
+
 TEST_CASE("statistics: every field is named and the derived ones add up", "[decoder]") {
   const Run r = run_ar({0, 1, 2, 3}, {}, 4);
   const auto& s = r.result.stats;
@@ -216,38 +242,4 @@ TEST_CASE("statistics: every field is named and the derived ones add up", "[deco
             .margin(1e-12));
   CHECK(s.tokens_per_second > 0);
   CHECK(specdec::to_string(StopReason::context_full) == "context_full");
-}
-
-TEST_CASE("end tokens stop like EOS, at the same token for speculative and plain decoding",
-          "[decoder]") {
-  // GenerationConfig::end_tokens (a chat template's end-of-turn token): token 2 ends the
-  // generation, unemitted, even inside an accepted draft; stop_at_eos = false ignores it.
-  const std::vector<token_t> script{0, 1, 2, 3, 7};
-  const std::vector<token_t> prompt{0, 1};
-  const MockTokenizer tok(kPieces, 7);
-  for (const bool stop_at_eos : {true, false}) {
-    GenerationConfig cfg;
-    cfg.sampling.temperature = 0;
-    cfg.max_new_tokens = 6;
-    cfg.end_tokens = {2};
-    cfg.stop_at_eos = stop_at_eos;
-    MockLM base_model = scripted(script, prompt.size());
-    specdec::AutoregressiveDecoder base(base_model, &tok);
-    const auto b = base.generate(prompt, cfg);
-    MockLM target = scripted(script, prompt.size());
-    MockLM draft = scripted(script, prompt.size());
-    specdec::SpeculativeDecoder dec(draft, target, specdec::SpeculativeOptions{.k = 8}, &tok, &tok);
-    const auto s = dec.generate(prompt, cfg);
-    if (stop_at_eos) {
-      CHECK(b.tokens == std::vector<token_t>{0, 1});
-      CHECK(b.stop_reason == StopReason::eos);
-      CHECK(b.text == "ab");
-    } else {
-      CHECK(b.tokens == std::vector<token_t>{0, 1, 2, 3, 7, 0});
-      CHECK(b.stop_reason == StopReason::max_tokens);
-    }
-    CHECK(s.tokens == b.tokens);
-    CHECK(s.stop_reason == b.stop_reason);
-    CHECK(s.text == b.text);
-  }
 }

@@ -69,8 +69,8 @@ TEST_CASE("qwen chat: KV reuse across turns equals the whole conversation, answe
   } remove{{target_file, draft_file}};
   const auto file = specdec::test::temp_path(".json");
   const auto r = specdec::test::run_cli(
-      {"chat", "-m", target_file.string(), "-md", draft_file.string(), "--temp", "0",
-       "-n", "40", "-t", "2", "-c", "1024", "--system",
+      {"chat", "-m", target_file.string(), "-md", draft_file.string(), "--temp", "0", "-n", "40",
+       "-t", "2", "-c", "1024", "--system",
        "You are a helpful assistant. Answer in one short sentence.", "--json-file", file.string()},
       std::string("What is the capital of France?\nAnd of Italy?\n"
                   "Write a Python expression that adds 2 and 3.\n"));
@@ -89,7 +89,8 @@ TEST_CASE("qwen chat: KV reuse across turns equals the whole conversation, answe
   const std::span<const ChatMessage> all(messages);
   for (std::size_t t = 1; t < 3; ++t) {
     const std::vector<token_t> continuation = j["turns"][t]["prompt_tokens"];
-    CHECK(continuation == specdec::tokenize_chat(tok, tmpl.continuation(all.first(2 * t + 2)), false));
+    CHECK(continuation ==
+          specdec::tokenize_chat(tok, tmpl.continuation(all.first(2 * t + 2)), false));
     CHECK(continuation.front() == 151645);  // <|im_end|>, where the previous answer stopped
   }
   // The sequence the caches hold is the tokenization of the whole conversation.
@@ -107,12 +108,11 @@ TEST_CASE("qwen chat: KV reuse across turns equals the whole conversation, answe
   specdec::GenerationConfig config;
   config.max_new_tokens = 40;
   config.sampling.temperature = 0;
-  config.end_tokens = specdec::end_of_turn_tokens(tmpl, tok);
+  config.stop_tokens = specdec::end_of_turn_tokens(tmpl, tok);
   for (std::size_t t = 0; t < 3; ++t) {
     INFO("turn " << t << ": " << j["turns"][t]["text"].get<std::string>());
-    const auto fresh =
-        decoder.generate(specdec::tokenize_chat(tok, tmpl.render(all.first(2 * t + 2), true), true),
-                         config);
+    const auto fresh = decoder.generate(
+        specdec::tokenize_chat(tok, tmpl.render(all.first(2 * t + 2), true), true), config);
     CHECK(fresh.tokens == j["turns"][t]["tokens"].get<std::vector<token_t>>());
   }
 }

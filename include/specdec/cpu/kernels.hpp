@@ -23,6 +23,32 @@
 //    give bitwise identical results; the AMX kernel sizes its tiles to the chunk's token count,
 //    and the VNNI kernel computes isum_b as dpbusd(w + 128, x) - 128 * sum(x_b), which exact
 //    integer products allow.
+//  - Every other quantised type (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL with activations quantised per
+//    32 as for Q8_0; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS with activations quantised per 256 like
+//    llama.cpp's Q8_K: d = amax/127 kept in f32, q = round(x / d), plus the int16 sums of every
+//    16 and 32 quants). Each weight block is read as unsigned 8-bit weights u, integer sub-block
+//    scales sc_j and mins mn_j, a zero point z and binary16 factors d and m:
+//        type     block  sub  u                  z    sc_j             mn_j      m
+//        Q4_0       32   32   nibble              8   1                -         -
+//        Q4_1       32   32   nibble              0   1                1         +m
+//        Q5_0       32   32   5 bits             16   1                -         -
+//        Q5_1       32   32   5 bits              0   1                1         +m
+//        IQ4_NL     32   32   value + 128       128   1                -         -
+//        Q2_K      256   16   2 bits              0   4 bits           4 bits    -dmin
+//        Q3_K      256   16   3 bits              4   6 bits - 32      -         -
+//        Q4_K      256   32   nibble              0   6 bits           6 bits    -dmin
+//        Q5_K      256   32   5 bits              0   6 bits           6 bits    -dmin
+//        Q6_K      256   16   6 bits             32   int8             -         -
+//        IQ4_XS    256   32   value + 128       128   6 bits - 32      -         -
+//    so that weight k = d * sc_j * (u_k - z) + m * mn_j, exactly the model layer's dequantised
+//    value up to its float rounding. Per block and token the kernels form the exact integers
+//        isum = sum_j sc_j * (sum_{k in j} u_k * x_k - z * xsum_j),  msum = sum_j mn_j * xsum_j
+//    (x_k the activation quants, xsum_j their sum over sub-block j; |isum| < 2^29) and run
+//        acc = fma(float(isum), d * dx, acc);  acc = fma(float(msum), m * dx, acc)  (with mins)
+//    over the blocks in order, dx the activation block's scale. Integers are exact in any order,
+//    so the portable kernel (which adds them one by one), the AVX2 kernel (vpmaddubsw/vpmaddwd,
+//    8 rows at a time) and the AVX512-VNNI kernel (vpdpbusd with 16 rows in the lanes) give
+//    bitwise the same results, for any n, row range or thread.
 //  - BF16 weights on AMX: activations are rounded to bf16 (like llama.cpp and PyTorch bf16
 //    inference), products are exact, and the tile unit accumulates each (row, token) element on
 //    its own in the hardware's fixed order (measured: not exactly a chain of fused multiply-adds,
@@ -109,13 +135,22 @@ struct MatrixRef {
   static MatrixRef of(const Tensor& t);
 };
 
-/// Whether matmul() has kernels for weights of this type.
+/// Whether matmul() has kernels for weights of this type (every DType has them; the Transformer
+/// still checks, so that a type added to the model layer first fails at load, by name).
 bool has_matmul_kernel(DType t) noexcept;
 
-/// Whether the kernels for `isa` read activations for `dtype` weights as bf16 (AMX tiles, or rows
-/// for AVX512_BF16) or Q8_0.
-enum class InputFormat : std::uint8_t { f32, bf16_tiles, q8_0_rows, q8_0_tiles, bf16_rows };
-inline constexpr std::size_t input_format_count = 5;
+/// What the kernels for `isa` read as activations for `dtype` weights: f32, bf16 (AMX tiles, or
+/// rows for AVX512_BF16), or 8-bit quants per block of 32 (Q8_0 and the other 32-blocks) or of
+/// 256 (the K-quants and IQ4_XS).
+enum class InputFormat : std::uint8_t {
+  f32,
+  bf16_tiles,
+  q8_0_rows,
+  q8_0_tiles,
+  bf16_rows,
+  q8_k_rows
+};
+inline constexpr std::size_t input_format_count = 6;
 InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols);
 
 /// Activations x [n, cols] converted once per forward step into what the kernels of one
@@ -144,6 +179,8 @@ class PackedInput {
   //  bf16_rows:   uint16 [n][cols]
   //  q8_0_rows:   int8 [n][cols], scales f32 [n][cols/32], offsets int32 [n][cols/32]
   //               (-128 * the block's quant sum, for the VNNI kernel's unsigned weights)
+  //  q8_k_rows:   int8 [n][cols], scales f32 [n][cols/256], sums int16 [n][cols/256][24]
+  //               (per block of 256: the 16 sums of 16 quants, then the 8 sums of 32)
   //  q8_0_tiles:  per chunk of m <= 8 tokens and per pair of blocks, an AMX tile of 16 rows x 2m
   //               dwords, two columns per token (src/cpu/kernels_impl.hpp, pack_q8_0_pairs_avx512):
   //               uint32 [chunks (256 * cols/64 rounded up each)][cols/64 rounded up][16][2m];
@@ -155,6 +192,7 @@ class PackedInput {
   [[nodiscard]] const std::int8_t* q8() const noexcept { return q8_.data(); }
   [[nodiscard]] const float* q8_scales() const noexcept { return scales_.data(); }
   [[nodiscard]] const std::int32_t* q8_offsets() const noexcept { return offsets_.data(); }
+  [[nodiscard]] const std::int16_t* q8_sums() const noexcept { return sums_.data(); }
   [[nodiscard]] const std::uint32_t* q8_tiles() const noexcept { return words_.data(); }
   [[nodiscard]] const std::uint32_t* q8_fix() const noexcept { return fix_.data(); }
 
@@ -187,6 +225,7 @@ class PackedInput {
   AlignedVector<std::int8_t> q8_;
   AlignedVector<float> scales_;
   AlignedVector<std::int32_t> offsets_;
+  AlignedVector<std::int16_t> sums_;
   AlignedVector<std::uint32_t> words_, fix_;
 };
 

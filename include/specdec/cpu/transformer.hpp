@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "specdec/common.hpp"
 #include "specdec/model/causal_lm.hpp"
@@ -94,6 +95,23 @@ class Transformer {
   /// an empty span, a token id outside [0, vocab_size) or when the context would overflow.
   LogitsView forward(std::span<const token_t> tokens);
 
+  /// One forward over several sequences at once: models[i] appends inputs[i] after its own
+  /// cached prefix, exactly as models[i]->forward(inputs[i]) would, and result[i] is its rows of
+  /// logits (in models[i]'s own buffer, valid until its next call). The weights are streamed
+  /// from memory once per step of up to 256 tokens for all the sequences together, instead of
+  /// once per sequence: this is how a server verifies the drafts of several requests in one
+  /// pass. Each token attends only to its own sequence's KV cache, and every logits row is
+  /// computed in an order that does not depend on the other rows of the step (batch
+  /// invariance), so result[i] is bitwise what models[i]->forward(inputs[i]) returns alone.
+  ///
+  /// The models must be distinct and share one WeightStore, one config and one thread pool (the
+  /// same Options::threads): e.g. one Transformer per sequence over one LoadedModel. Throws
+  /// specdec::Error, leaving every cache unchanged, when they do not, when the spans differ in
+  /// length, or when one input would be refused by forward() (empty, a token outside the
+  /// vocabulary, past that model's context).
+  static std::vector<LogitsView> forward_batch(std::span<Transformer* const> models,
+                                               std::span<const std::span<const token_t>> inputs);
+
   /// Keeps the first n cached positions. O(1). Throws specdec::Error when n > cached().
   void rollback(std::size_t n);
   void reset() { cached_ = 0; }
@@ -114,7 +132,20 @@ class Transformer {
 
  private:
   struct State;  // buffers, KV cache, resolved tensors (defined in transformer.cpp)
-  void step(std::span<const token_t> tokens, float* logits);  // at most max_step_tokens
+  /// One sequence's share of a step: `tokens` appended to `model`'s cache, their logits rows
+  /// written to `logits` ([tokens][vocab]).
+  struct Segment {
+    Transformer* model;
+    std::span<const token_t> tokens;
+    float* logits;
+  };
+  /// One pass through the network over the tokens of all segments (at most max_step_tokens in
+  /// all; at most one segment per model), with this model's activation buffers. forward() is a
+  /// step of one segment, forward_batch() a step of several.
+  void step(std::span<const Segment> segments);
+  /// Throws (naming `who`) when `tokens` cannot be appended: empty, past the context, a token
+  /// outside the vocabulary.
+  void check_input(std::span<const token_t> tokens, const char* who) const;
 
   ModelConfig config_;
   std::shared_ptr<const WeightStore> weights_;

@@ -1,6 +1,8 @@
 #pragma once
 // The CUDA backend: a Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) on one GPU, with its
-// weights uploaded once (f16 or bf16) and its KV cache in device memory.
+// weights uploaded once in their file's type (F16, BF16 and every quantised type of the model
+// layer: Q8_0, Q4_0 ... Q6_K, IQ4_NL, IQ4_XS, dequantised in registers by the kernels) and its KV
+// cache in device memory.
 //
 // forward(tokens) returns the logits in DEVICE memory (LogitsView::where == Memory::device; the
 // type declares it: logits_memory = Memory::device): the decoders sample them there with
@@ -44,14 +46,25 @@ struct Options {
   enum class Weights : std::uint8_t { f16, bf16 };
   enum class Kv : std::uint8_t { f16, f32 };
 
-  Weights weights = Weights::f16;     ///< matrices and embedding table on the device
+  /// The 16-bit type of (1) matrices stored as F32 in the file (rounded on upload; every other
+  /// matrix keeps its file's type and bytes on the device) and (2) the inputs of the prefill
+  /// GEMMs (steps of more than 16 tokens, cuBLAS): the activations are rounded to it, and
+  /// matrices of another type are dequantised to it, a chunk of rows at a time, before each
+  /// product.
+  Weights weights = Weights::f16;
   Kv kv = Kv::f16;                    ///< KV cache element type
   std::size_t context_length = 0;     ///< 0: the model's context length
   std::size_t max_step_tokens = 256;  ///< longer forward() inputs are processed in steps of this
   bool cuda_graphs = true;            ///< capture steps of <= 16 tokens once per shape and replay
+  /// Prefill steps dequantise each matrix that is not already in the `weights` type into a
+  /// scratch buffer of at most this many bytes, a chunk of rows at a time, before each cuBLAS
+  /// product (0: 32 MiB; a chunk is at least one row). Smaller saves memory, larger makes fewer,
+  /// larger products.
+  std::size_t prefill_scratch_bytes = 0;
   int device = 0;
-  /// Threads per block of the row-wise kernels and warps per block of the skinny GEMM and the
-  /// attention. 0: the GPU defaults; the emulated tests pass small values to run faster.
+  /// Threads per block of the row-wise kernels and warps per block of the skinny GEMM (at most
+  /// 32) and the attention. 0: the GPU defaults; the emulated tests pass small values to run
+  /// faster.
   int norm_threads = 0;
   int gemm_warps = 0;
   int attention_warps = 0;
@@ -75,9 +88,10 @@ class Transformer {
   /// forward() returns device logits: decoders over this model sample with DeviceSampler.
   static constexpr Memory logits_memory = Memory::device;
 
-  /// Uploads the weights (any dtype the model files use: F32, F16, BF16, Q8_0, Q4_0, Q4_K are
-  /// converted to Options::weights on the host first) and allocates the KV cache. Throws
-  /// specdec::Error on a missing tensor, a wrong shape, or a CUDA error (named).
+  /// Uploads the weights (matrices as the file's bytes in any DType; F32 matrices rounded to
+  /// Options::weights; norms and biases as f32) and allocates the KV cache. Throws
+  /// specdec::Error on a missing tensor, a wrong shape, a row that does not hold whole blocks of
+  /// its type, a type without kernels (naming the tensor and the type), or a CUDA error (named).
   Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights,
               Options options = {});
   explicit Transformer(const LoadedModel& model, Options options = {});

@@ -111,6 +111,33 @@ class ModelDrafter {
   requires DraftSamplerFor<S, M> DraftResult draft(std::span<const token_t> sequence, std::size_t k,
                                                    S& sampler) {
     if (k == 0) return {};
+    check_draft(sequence, k);
+    // q_1 comes from the last row of the tokens the model has not consumed yet; the row of
+    // drafted token i + 1 comes from position (sequence length - 1) + i.
+    const std::size_t last = sequence.size() - 1;
+    sampler.draft(*model_, sequence.subspan(model_->cached()), last);
+    for (std::size_t i = 1; i < k; ++i) sampler.draft_next(*model_, last + i);
+    return DraftResult{k, Proposal::sampled, k};
+  }
+
+  /// draft() in steps, for a driver that batches the draft forwards of several sequences
+  /// (BatchedRounds): after check_draft(sequence, k), step i = 0 .. k-1 feeds step_input(i) to
+  /// the model (what draft() feeds it: the tokens it has not consumed, then each drafted token)
+  /// and passes the rows to step_output(i), which draws x_(i+1). The same forwards and draws as
+  /// draft(), in the same order, so the same tokens.
+  template <SteppedDraftSampler S>
+  [[nodiscard]] std::span<const token_t> step_input(std::span<const token_t> sequence,
+                                                    std::size_t i, const S& sampler) const {
+    return i == 0 ? sequence.subspan(model_->cached()) : sampler.last_drafted();
+  }
+  template <SteppedDraftSampler S>
+  void step_output(std::span<const token_t> sequence, std::size_t i, const LogitsView& rows,
+                   std::size_t fed, S& sampler) {
+    sampler.draft_rows(rows, fed, sequence.size() - 1 + i);
+  }
+
+  /// Throws unless k tokens can be drafted after `sequence` (k >= 1).
+  void check_draft(std::span<const token_t> sequence, std::size_t k) const {
     if (k > max_draft(sequence.size()))
       throw Error("ModelDrafter: asked for " + std::to_string(k) + " tokens but only " +
                   std::to_string(max_draft(sequence.size())) + " fit in the draft's context");
@@ -119,12 +146,6 @@ class ModelDrafter {
       throw Error("ModelDrafter: the draft model's cache (" + std::to_string(cached) +
                   " positions) is not a strict prefix of the sequence (" +
                   std::to_string(sequence.size()) + " tokens): was it used elsewhere meanwhile?");
-    // q_1 comes from the last row of the tokens the model has not consumed yet; the row of
-    // drafted token i + 1 comes from position (sequence length - 1) + i.
-    const std::size_t last = sequence.size() - 1;
-    sampler.draft(*model_, sequence.subspan(cached), last);
-    for (std::size_t i = 1; i < k; ++i) sampler.draft_next(*model_, last + i);
-    return DraftResult{k, Proposal::sampled, k};
   }
 
   void keep(std::size_t n) {

@@ -35,10 +35,10 @@ struct GenerationConfig {
   std::vector<std::string> stop_strings;
   bool stop_at_eos = true;
   token_t eos_token = -1;  ///< -1: the tokenizer's eos() (none without a tokenizer)
-  /// More ids that end the generation as EOS does (not emitted, StopReason::eos), e.g. a chat
-  /// template's end-of-turn token (<|im_end|>, <|eot_id|>) where the tokenizer's EOS is another
-  /// one (llama.cpp's end-of-generation tokens). Ignored with stop_at_eos = false.
-  std::vector<token_t> end_tokens;
+  /// More ids that end the generation as EOS does (StopReason::eos, not emitted), e.g. a chat
+  /// template's end-of-turn tokens (<|im_end|>, <|eot_id|>) when they differ from the EOS.
+  /// Unlike the EOS they apply even when stop_at_eos is false.
+  std::vector<token_t> stop_tokens;
   bool record_rounds = false;  ///< keep a RoundRecord per round in GenerationResult::rounds
 };
 
@@ -73,13 +73,6 @@ inline token_t resolve_eos(const GenerationConfig& cfg, const Tokenizer* tok) {
   if (!cfg.stop_at_eos) return -1;
   if (cfg.eos_token >= 0) return cfg.eos_token;
   return tok ? tok->eos() : -1;
-}
-
-/// Whether `t` ends the generation as EOS (`eos` is resolve_eos(); config.end_tokens too).
-inline bool is_end_token(token_t t, token_t eos, const GenerationConfig& cfg) {
-  if (t == eos && eos >= 0) return true;
-  return cfg.stop_at_eos &&
-         std::find(cfg.end_tokens.begin(), cfg.end_tokens.end(), t) != cfg.end_tokens.end();
 }
 
 /// Throws when a generation cannot start: empty prompt, a sequence (`before` tokens already
@@ -141,7 +134,8 @@ class Emitter {
   /// Emits token t. Returns false (and stops) on EOS, a completed stop string or the budget.
   bool emit(token_t t) {
     if (reason_) return false;
-    if (is_end_token(t, eos_, *cfg_)) {
+    if ((eos_ >= 0 && t == eos_) || std::find(cfg_->stop_tokens.begin(), cfg_->stop_tokens.end(),
+                                              t) != cfg_->stop_tokens.end()) {
       reason_ = StopReason::eos;
       return false;
     }

@@ -98,6 +98,17 @@ concept DraftSamplerFor = RoundSampler<S> &&
   s.draft_next(m, position);
 };
 
+/// S can draw drafted tokens from rows the caller computed (the draft phase in steps, so that a
+/// driver can batch several sequences' draft forwards): s.draft_rows(rows, fed, position) draws
+/// the next token from the last of the rows of the `fed` tokens; s.last_drafted() is the token
+/// the next step feeds.
+template <class S>
+concept SteppedDraftSampler = RoundSampler<S> &&
+    requires(S& s, const S& cs, const LogitsView& rows, std::size_t n) {
+  s.draft_rows(rows, n, n);
+  { cs.last_drafted() } -> std::same_as<std::span<const token_t>>;
+};
+
 /// The RoundSampler for logits in `memory`: HostSampler for Memory::host; the device
 /// specialisation is cuda::DeviceSampler, declared by <specdec/cuda/sampler.hpp> (which
 /// <specdec/cuda/transformer.hpp> includes).
@@ -196,18 +207,27 @@ class HostSampler {
   /// Feeds `feed` to the draft model and draws x_1 from its last row.
   template <CausalLM M>
   void draft(M& model, std::span<const token_t> feed, std::size_t position) {
-    const LogitsView logits = model.forward(feed);
-    detail::check_logits(logits, feed.size(), vocab_, "draft model");
-    draw(logits.row(logits.rows - 1), position);
+    draft_rows(model.forward(feed), feed.size(), position);
   }
 
   /// Feeds the last drafted token to the draft model and draws the next one from its row.
   template <CausalLM M>
   void draft_next(M& model, std::size_t position) {
+    const std::span<const token_t> feed = last_drafted();
+    draft_rows(model.forward(feed), feed.size(), position);
+  }
+
+  /// The two halves of draft() / draft_next(), for a driver that runs the draft model's forward
+  /// itself (batched with other sequences' forwards): `logits` are the draft model's rows for
+  /// the `fed` tokens it was fed; the next drafted token is drawn from the last row.
+  void draft_rows(const LogitsView& logits, std::size_t fed, std::size_t position) {
+    detail::check_logits(logits, fed, vocab_, "draft model");
+    draw(logits.row(logits.rows - 1), position);
+  }
+  /// The last drafted token, as draft_next() feeds it to the draft model.
+  [[nodiscard]] std::span<const token_t> last_drafted() const {
     if (tokens_.size() < 2) throw Error("HostSampler::draft_next: nothing drafted yet");
-    const LogitsView logits = model.forward(std::span<const token_t>(&tokens_.back(), 1));
-    detail::check_logits(logits, 1, vocab_, "draft model");
-    draw(logits.row(0), position);
+    return std::span<const token_t>(tokens_).last(1);
   }
 
   void propose(std::span<const token_t> tokens) {
@@ -315,5 +335,6 @@ struct SamplerFor<Memory::host> {
 };
 
 static_assert(RoundSampler<HostSampler>);
+static_assert(SteppedDraftSampler<HostSampler>);
 
 }  // namespace specdec

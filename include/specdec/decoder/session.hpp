@@ -239,7 +239,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   /// Stops the current generation with StopReason::cancelled (a round in progress is dropped).
   void cancel() {
     if (done_) return;
-    if (phase_ == Phase::proposed) {
+    if (phase_ != Phase::idle) {
       // Back to the state at the start of the round: the drafter keeps the sequence, the target
       // the sequence minus its last token (it may have run the verify forward already).
       drafter_.get().keep(length_);
@@ -271,8 +271,39 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   /// Phase 1: chooses this round's k (the rule's, clamped to the token budget and both contexts)
   /// and lets the drafter draft. Returns the target's input: [last token of the sequence,
   /// x_1 .. x_k'] on the host (input.host), or in device memory (input.device) with a device
-  /// sampler. Valid until accept().
+  /// sampler. Valid until accept(). It is begin_propose(), the draft steps (each a forward of the
+  /// draft model) and end_propose().
   const TargetInput& propose() {
+    begin_propose();
+    if constexpr (kSteppedDraft) {
+      for (std::span<const token_t> feed = draft_input(); !feed.empty(); feed = draft_input()) {
+        double seconds = 0;
+        LogitsView rows;
+        {
+          ScopedTimer timer(seconds);
+          rows = drafter_.get().model().forward(feed);
+        }
+        draft_output(rows, seconds);
+      }
+    }
+    return end_propose();
+  }
+
+  /// Whether the drafter drafts in steps that a driver may run itself (a ModelDrafter with a
+  /// host sampler): then phase 1 is begin_propose(), draft_input() / draft_output() until
+  /// draft_input() is empty, end_propose(), and the driver can batch the draft model's forwards
+  /// of several sequences (BatchedRounds, decoder/batched.hpp) as it batches the target's.
+  static constexpr bool kSteppedDraft =
+      requires(DrafterType & d, Sampler& s, std::span<const token_t> seq, LogitsView rows) {
+    { d.step_input(seq, std::size_t{}, s) } -> std::same_as<std::span<const token_t>>;
+    d.step_output(seq, std::size_t{}, rows, std::size_t{}, s);
+    d.check_draft(seq, std::size_t{});
+    d.model();
+  };
+
+  /// Phase 1, first part: chooses k and begins the round. A drafter that does not draft in
+  /// steps (n-gram lookup, a device sampler's model drafter) drafts here, at once.
+  void begin_propose() {
     if (done_)
       throw Error(std::string(name_) + ": the generation is over (start() or append() first)");
     if (phase_ != Phase::idle)
@@ -296,18 +327,69 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     round_.position = length;
     round_.draft_length = k;
     length_ = length;
+    draft_ = DraftResult{};
+    draft_step_ = draft_steps_ = 0;
+    phase_ = Phase::drafting;  // from here on, cancel() rolls the drafter back
     sampler_.begin_round(sequence_.back());
-    double seconds = 0;
-    {
-      ScopedTimer timer(seconds);
-      draft_ = drafter.draft(std::span<const token_t>(sequence_), k, sampler_);
+    if constexpr (kSteppedDraft) {
+      if (k == 0) return;
+      drafter.check_draft(std::span<const token_t>(sequence_), k);
+      draft_steps_ = k;
+      draft_ = DraftResult{k, Proposal::sampled, k};
+    } else {
+      double seconds = 0;
+      {
+        ScopedTimer timer(seconds);
+        draft_ = drafter.draft(std::span<const token_t>(sequence_), k, sampler_);
+      }
+      const double sampling = sampler_.take_seconds();
+      round_.draft_seconds = seconds - sampling;
+      round_.sampling_seconds += sampling;
+      if (draft_.count > k)
+        throw Error(std::string(name_) + ": the drafter proposed " + std::to_string(draft_.count) +
+                    " tokens, more than the " + std::to_string(k) + " asked for");
     }
-    const double sampling = sampler_.take_seconds();
-    round_.draft_seconds = seconds - sampling;
-    round_.sampling_seconds += sampling;
-    if (draft_.count > k)
-      throw Error(std::string(name_) + ": the drafter proposed " + std::to_string(draft_.count) +
-                  " tokens, more than the " + std::to_string(k) + " asked for");
+  }
+
+  /// The tokens the draft model must be fed for the next draft step; empty once the draft is
+  /// complete (at once for a drafter that does not draft in steps).
+  std::span<const token_t> draft_input() {
+    if (phase_ != Phase::drafting)
+      throw Error(std::string(name_) + ": draft_input() outside a round's draft (begin_propose())");
+    if constexpr (kSteppedDraft) {
+      if (draft_step_ < draft_steps_) {
+        const std::span<const token_t> feed =
+            drafter_.get().step_input(std::span<const token_t>(sequence_), draft_step_, sampler_);
+        draft_fed_ = feed.size();
+        return feed;
+      }
+    }
+    return {};
+  }
+
+  /// The draft model's rows for draft_input()'s tokens: draws the next drafted token.
+  /// `forward_seconds`, the time of the forward that computed them, is counted as draft time.
+  void draft_output(const LogitsView& rows, double forward_seconds = 0) {
+    if (phase_ != Phase::drafting || draft_step_ >= draft_steps_ || draft_fed_ == 0)
+      throw Error(std::string(name_) + ": draft_output() without a draft_input() to answer");
+    if constexpr (kSteppedDraft) {
+      drafter_.get().step_output(std::span<const token_t>(sequence_), draft_step_, rows, draft_fed_,
+                                 sampler_);
+    }
+    draft_fed_ = 0;
+    ++draft_step_;
+    round_.draft_seconds += forward_seconds;
+    round_.sampling_seconds += sampler_.take_seconds();
+  }
+
+  /// Phase 1, last part: the target's input (as propose() returns it), once the draft is
+  /// complete.
+  const TargetInput& end_propose() {
+    if (phase_ != Phase::drafting)
+      throw Error(std::string(name_) + ": end_propose() without begin_propose()");
+    if (draft_step_ < draft_steps_)
+      throw Error(std::string(name_) + ": end_propose() after " + std::to_string(draft_step_) +
+                  " of the draft's " + std::to_string(draft_steps_) + " steps");
     if (draft_.count < options_.min_draft) draft_.count = 0;  // too short to be worth a verify
     input_ = sampler_.target_input(draft_.count);
     phase_ = Phase::proposed;
@@ -315,10 +397,13 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   }
 
   /// Phase 3: the k' + 1 target rows for propose()'s input -> verification, roll-back, emission
-  /// (on_token, on_round). Returns the round's record.
-  const RoundRecord& accept(const LogitsView& target_rows) {
+  /// (on_token, on_round). Returns the round's record. `forward_seconds`: the time of the
+  /// caller's target forward (of a batched forward, all of it: the sequence waited for it),
+  /// counted as verify time.
+  const RoundRecord& accept(const LogitsView& target_rows, double forward_seconds = 0) {
     if (phase_ != Phase::proposed)
       throw Error(std::string(name_) + ": accept() without a proposed round");
+    round_.verify_seconds += forward_seconds;
     RoundVerdict verdict;
     {
       ScopedTimer timer(round_.sampling_seconds);
@@ -353,7 +438,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   [[nodiscard]] Sampler& sampler() { return sampler_; }
 
  private:
-  enum class Phase { idle, proposed };
+  enum class Phase { idle, drafting, proposed };
 
   [[nodiscard]] std::size_t wanted_max_k() const {
     if constexpr (std::same_as<Draft, NoDrafter>) {
@@ -501,6 +586,8 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   std::size_t length_ = 0;  // sequence length when it began
   RoundRecord round_;
   DraftResult draft_;
+  std::size_t draft_steps_ = 0, draft_step_ = 0;  // stepped drafting: steps in all, done
+  std::size_t draft_fed_ = 0;                     // tokens of the last draft_input()
   TargetInput input_;
 };
 

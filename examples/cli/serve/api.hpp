@@ -1,0 +1,98 @@
+#pragma once
+// The OpenAI API as `specdec serve` speaks it: request bodies of /v1/completions and
+// /v1/chat/completions parsed and checked field by field, and the response objects (whole, and
+// the chunks of a stream). Pure functions on JSON: no HTTP, no models (http.cpp and engine.hpp
+// do those).
+//
+// Every refusal is an ApiError: the HTTP status and OpenAI's error object
+//   {"error": {"message": ..., "type": "invalid_request_error", "param": "temperature",
+//              "code": "invalid_type"}}
+// naming the field and what was wrong with it.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "specdec/common.hpp"
+#include "specdec/decoder/generation.hpp"
+#include "specdec/model/chat_template.hpp"
+
+namespace specdec::cli::serve {
+
+/// An error response: status, and the fields of OpenAI's error object.
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string message, std::string param = {},
+           std::string code = "invalid_value", std::string type = "invalid_request_error");
+  int status;
+  std::string param, code, type;
+};
+
+/// {"error": {"message", "type", "param", "code"}} (param and code null when empty).
+nlohmann::json error_json(const ApiError& error);
+
+enum class Endpoint { completions, chat_completions };
+
+/// A completion request, checked.
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::completions;
+  /// completions: the prompt as text, or as token ids (prompt_ids, when given as numbers).
+  std::string prompt;
+  std::optional<std::vector<std::int64_t>> prompt_ids;
+  /// chat completions: the conversation.
+  std::vector<ChatMessage> messages;
+
+  std::optional<std::int64_t> max_tokens;  ///< absent: until EOS or the context is full
+  sampling::SamplingParams sampling;       ///< temperature (default 1), top_k, top_p, min_p
+  std::optional<std::uint64_t> seed;       ///< absent (or -1): the server draws one
+  std::vector<std::string> stop;
+  bool ignore_eos = false;  ///< extension (llama.cpp's): do not stop at the EOS token
+  bool stream = false;
+  bool include_usage = false;  ///< stream_options.include_usage: a last chunk with the usage
+};
+
+/// Parses a request body for `endpoint`. `model` is the name the server answers to: a request
+/// naming another model is refused (a request without "model" is served). Throws ApiError
+/// (400) for a body that is not a JSON object, a field of the wrong type or out of range, n != 1,
+/// and the OpenAI features specdec does not have (logprobs, echo, penalties, logit_bias, tools,
+/// several prompts, non-text content, ...), each naming the field.
+CompletionRequest parse_request(std::string_view body, Endpoint endpoint, const std::string& model);
+
+/// OpenAI's finish_reason for a stop: "stop" (EOS, end of turn, a stop string), "length" (the
+/// token budget or the context), "cancelled" (the server was stopped).
+std::string_view finish_reason(StopReason reason);
+
+/// What a response says about the request besides the text.
+struct ResponseInfo {
+  std::string id;  ///< "cmpl-..." or "chatcmpl-..."
+  std::int64_t created = 0;
+  std::string model;
+  Endpoint endpoint = Endpoint::completions;
+};
+
+/// The usage block: prompt_tokens, completion_tokens, total_tokens.
+nlohmann::json usage_json(std::size_t prompt_tokens, std::size_t completion_tokens);
+
+/// A whole response: one choice with the text and finish_reason, the usage, and
+/// `speculative` (the extension: the request's speculative statistics).
+nlohmann::json response_json(const ResponseInfo& info, const std::string& text, StopReason reason,
+                             const nlohmann::json& usage, const nlohmann::json& speculative);
+
+/// One chunk of a stream: a piece of text (chat: the delta's content; the first chunk of a chat
+/// stream carries the role), or the last chunk with the finish_reason (and `speculative`).
+nlohmann::json chunk_json(const ResponseInfo& info, const std::string& text, bool first,
+                          const std::optional<StopReason>& reason,
+                          const nlohmann::json& speculative = nullptr);
+
+/// The chunk stream_options.include_usage adds after the last: no choices, the usage.
+nlohmann::json usage_chunk_json(const ResponseInfo& info, const nlohmann::json& usage);
+
+/// "data: <json>\n\n", one server-sent event.
+std::string sse_event(const nlohmann::json& data);
+
+}  // namespace specdec::cli::serve

@@ -1,0 +1,690 @@
+// AVX512-VNNI integer kernels of the quantised types other than Q8_0 (kernels_impl.hpp, "every
+// other quantised type"). Compiled with the AVX-512 flags plus -mavx512vnni; kernels.cpp calls
+// quant_matmul_avx512vnni only when cpu_features().avx512_vnni.
+//
+// Layout: 16 weight rows at a time, one per 32-bit lane ("lanes = rows", as the Q8_0 kernel in
+// kernels_avx512vnni.cpp). A block of the 16 rows is read once from memory, its packed bytes
+// transposed so that dword i of lane r holds bytes 4i..4i+3 of row r, and its bit fields unpacked
+// into unsigned 8-bit weights in the same lanes, in the weights' natural order: register k holds
+// weights 4k..4k+3 of every row. Every token of the call then multiplies that block: vpdpbusd
+// with the token's 4 activation quants broadcast adds 16 rows x 4 products per instruction, one
+// vpmulld applies the 16 rows' sub-block scales, vpdpwssd the zero-point or min terms against the
+// activation sums, and the float steps run 16 rows wide. Each lane computes its row's integers
+// exactly and its floats in the documented order, so the results are bitwise the portable
+// kernel's (kernels_quant.cpp), for any token count and row range.
+#include <immintrin.h>
+
+#include "kernels_impl.hpp"
+
+namespace specdec::cpu::detail {
+namespace {
+
+using namespace block_layout;
+
+/// How far ahead of the block in use the rows are prefetched (see Prefetcher).
+constexpr std::size_t prefetch_ahead = 512;
+
+inline __mmask16 row_mask(std::size_t count) {
+  return count >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << count) - 1u);
+}
+
+inline __m512i splat8(unsigned char v) { return _mm512_set1_epi8(static_cast<char>(v)); }
+
+/// Broadcast of the 4 int8 (or 2 int16) at p.
+inline __m512i bcast32(const void* p) {
+  int v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+/// acc + the 16 lanes' dot products of w's 4 unsigned bytes with the 4 signed bytes at x
+/// (broadcast). Written as assembly so that the broadcast stays an operand of vpdpbusd: GCC
+/// would load it into a register first, an extra instruction per vpdpbusd that costs about a
+/// fifth of the token loop's speed (measured on an Emerald Rapids Xeon: 66 -> 87 MACs per cycle).
+inline __m512i dpbusd_x4(__m512i acc, __m512i w, const std::int8_t* x) {
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0"
+          : "+v"(acc)
+          : "v"(w), "m"(*reinterpret_cast<const int*>(x)));
+  return acc;
+}
+
+/// (a & c) | b, for b already holding only bits outside c.
+inline __m512i merge(__m512i a, __m512i b, __m512i c) {
+  return _mm512_ternarylogic_epi32(a, b, c, 0xEC);
+}
+
+/// vpshufb control: in every dword, byte `to` <- byte `from` of the same dword (and, when
+/// from2 >= 0, byte `to2` <- byte `from2`), every other byte 0.
+inline __m512i pick(int from, int to, int from2 = -1, int to2 = -1) {
+  unsigned pattern = 0x80808080u, step = 4u << (8 * to);
+  pattern = (pattern & ~(0xffu << (8 * to))) | (static_cast<unsigned>(from) << (8 * to));
+  if (from2 >= 0) {
+    pattern = (pattern & ~(0xffu << (8 * to2))) | (static_cast<unsigned>(from2) << (8 * to2));
+    step |= 4u << (8 * to2);
+  }
+  // dword d of a 128-bit lane: its bytes are 4d .. 4d + 3 of the lane.
+  const int c0 = static_cast<int>(pattern), c1 = static_cast<int>(pattern + step),
+            c2 = static_cast<int>(pattern + 2 * step), c3 = static_cast<int>(pattern + 3 * step);
+  return _mm512_set_epi32(c3, c2, c1, c0, c3, c2, c1, c0, c3, c2, c1, c0, c3, c2, c1, c0);
+}
+
+/// The byte `from` of each lane as an unsigned (zero-extended) int32.
+inline __m512i byte_u32(__m512i v, int from) { return _mm512_shuffle_epi8(v, pick(from, 0)); }
+/// The byte `from` of each lane as a signed int32.
+inline __m512i byte_i32(__m512i v, int from) {
+  return _mm512_srai_epi32(_mm512_shuffle_epi8(v, pick(from, 3)), 24);
+}
+/// Bytes `a` and `b` of each lane as a pair of signed int16 (a in the low half).
+inline __m512i bytes_i16_pair(__m512i v, int a, int b) {
+  return _mm512_srai_epi16(_mm512_shuffle_epi8(v, pick(a, 1, b, 3)), 8);
+}
+/// Bytes `a` and `b` of each lane as a pair of unsigned int16.
+inline __m512i bytes_u16_pair(__m512i v, int a, int b) {
+  return _mm512_shuffle_epi8(v, pick(a, 0, b, 2));
+}
+
+/// Binary16 values in the low (or high) half of each lane, as floats.
+inline __m512 half_lo(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
+inline __m512 half_hi(__m512i v) { return half_lo(_mm512_srli_epi32(v, 16)); }
+
+/// 32 bytes at q[r] + off for 16 rows r, transposed: out[i] lane r = bytes 4i..4i+3 of row r.
+[[gnu::always_inline]] inline void transpose_16x32(const std::byte* const* q, std::size_t off,
+                                                   __m512i out[8]) {
+  // z[h + m] = [row 2h + m | row 2h + m + 4] for h in {0, 4}, m < 4: rows 0-7 in z[0..3], 8-15
+  // in z[4..7], so that the lane order the last step produces is the row order.
+  __m512i z[8];
+  for (int h = 0; h < 8; h += 4)
+    for (int m = 0; m < 4; ++m) {
+      const int r = 2 * h + m;
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[r] + off));
+      const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[r + 4] + off));
+      z[h + m] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
+  // 4x4 dword transposes inside each 128-bit lane: c[k] lane L dword m = z[m] lane L dword k.
+  __m512i c[2][4];
+  for (int h = 0; h < 2; ++h) {
+    const __m512i* s = z + 4 * h;
+    const __m512i a0 = _mm512_unpacklo_epi32(s[0], s[1]), a1 = _mm512_unpackhi_epi32(s[0], s[1]);
+    const __m512i a2 = _mm512_unpacklo_epi32(s[2], s[3]), a3 = _mm512_unpackhi_epi32(s[2], s[3]);
+    c[h][0] = _mm512_unpacklo_epi64(a0, a2);
+    c[h][1] = _mm512_unpackhi_epi64(a0, a2);
+    c[h][2] = _mm512_unpacklo_epi64(a1, a3);
+    c[h][3] = _mm512_unpackhi_epi64(a1, a3);
+  }
+  // c[h][k] lanes: [rows 0-3 dword k, rows 0-3 dword k+4, rows 4-7 dword k, rows 4-7 dword k+4]
+  // (rows 8-15 for h = 1); gather the dword-k lanes of both halves, then the dword-k+4 ones.
+  for (int k = 0; k < 4; ++k) {
+    out[k] = _mm512_shuffle_i32x4(c[0][k], c[1][k], _MM_SHUFFLE(2, 0, 2, 0));
+    out[k + 4] = _mm512_shuffle_i32x4(c[0][k], c[1][k], _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+/// 16 bytes at q[r] + off for 16 rows r, transposed: out[i] lane r = bytes 4i..4i+3 of row r.
+[[gnu::always_inline]] inline void transpose_16x16(const std::byte* const* q, std::size_t off,
+                                                   __m512i out[4]) {
+  // z[k] 128-bit lane L = row k + 4L; a 4x4 dword transpose inside each lane then puts dword i
+  // of row 4L + k in lane 4L + k of out[i].
+  __m512i z[4];
+  for (int k = 0; k < 4; ++k) {
+    __m512i v =
+        _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[k] + off)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[k + 4] + off)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[k + 8] + off)), 2);
+    z[k] = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(q[k + 12] + off)),
+                              3);
+  }
+  const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  out[0] = _mm512_unpacklo_epi64(a0, a2);
+  out[1] = _mm512_unpackhi_epi64(a0, a2);
+  out[2] = _mm512_unpacklo_epi64(a1, a3);
+  out[3] = _mm512_unpackhi_epi64(a1, a3);
+}
+
+/// The dword at q[0] + offsets[r] + off in lane r.
+inline __m512i gather32(__m512i offsets, const std::byte* q0, std::size_t off) {
+  return _mm512_i32gather_epi32(offsets, q0 + off, 1);
+}
+
+/// 16 rows' pointers to one block, and the same as lane offsets from row 0's (for gathers).
+struct Rows {
+  const std::byte* p[16];
+  __m512i offsets;
+};
+
+/// The 16-entry table of IQ4_NL / IQ4_XS values + 128, in every 128-bit lane (for vpshufb).
+inline __m512i iq4_table() {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq4_values_u8)));
+}
+
+/// Low and high nibbles of packed bytes: weights (lo) and (hi) as unsigned bytes.
+inline __m512i low_nibbles(__m512i v) { return _mm512_and_si512(v, splat8(0x0f)); }
+inline __m512i high_nibbles(__m512i v) {
+  return _mm512_and_si512(_mm512_srli_epi16(v, 4), splat8(0x0f));
+}
+
+// ================================================================================================
+// Blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): one block of 16 rows in 8 registers, w[k] =
+// weights 4k..4k+3, then every token of the chunk with the accumulators in registers.
+
+struct Block32 {
+  __m512i w[8];
+  __m512 d, m;
+};
+
+/// The fifth bits of Q5_0 / Q5_1 (qh: bit j = weight j's, one dword per lane) added as 16.
+inline void add_fifth_bits(__m512i qh, __m512i w[8]) {
+  for (int k = 0; k < 8; ++k) {
+    // Every byte of the lane gets qh's byte k / 2, holding the bits of weights 8 (k / 2) ..
+    // 8 (k / 2) + 7; byte b of the dword tests bit 4 (k % 2) + b.
+    const __m512i spread = _mm512_shuffle_epi8(qh, pick(k / 2, 0, k / 2, 1));
+    const __m512i all = _mm512_or_si512(spread, _mm512_slli_epi32(spread, 16));
+    const int shift = 4 * (k % 2);
+    const __m512i bit = _mm512_set1_epi32((1 << shift) | (2 << (shift + 8)) | (4 << (shift + 16)) |
+                                          static_cast<int>(8u << (shift + 24)));
+    w[k] = _mm512_mask_add_epi8(w[k], _mm512_test_epi8_mask(all, bit), w[k], splat8(16));
+  }
+}
+
+/// Unpacks block `b` of the 16 rows (p: the rows' block pointers).
+template <QuantType Q>
+[[gnu::always_inline]] inline void unpack32(const Rows& rows, Block32& o) {
+  constexpr std::size_t qs = Q == QuantType::q4_0   ? q4_0_qs
+                             : Q == QuantType::q4_1 ? q4_1_qs
+                             : Q == QuantType::q5_0 ? q5_0_qs
+                             : Q == QuantType::q5_1 ? q5_1_qs
+                                                    : iq4_nl_qs;
+  __m512i packed[4];
+  transpose_16x16(rows.p, qs, packed);
+  for (int k = 0; k < 4; ++k) {
+    o.w[k] = low_nibbles(packed[k]);       // weights 4k .. 4k + 3
+    o.w[k + 4] = high_nibbles(packed[k]);  // weights 16 + 4k ..
+  }
+  const __m512i head = gather32(rows.offsets, rows.p[0], 0);  // d, and m for Q4_1 / Q5_1
+  o.d = half_lo(head);
+  if constexpr (Q == QuantType::q4_1 || Q == QuantType::q5_1) o.m = half_hi(head);
+  if constexpr (Q == QuantType::q5_0)
+    add_fifth_bits(gather32(rows.offsets, rows.p[0], q5_0_qh), o.w);
+  if constexpr (Q == QuantType::q5_1)
+    add_fifth_bits(gather32(rows.offsets, rows.p[0], q5_1_qh), o.w);
+  if constexpr (Q == QuantType::iq4_nl) {
+    const __m512i table = iq4_table();
+    for (int k = 0; k < 8; ++k) o.w[k] = _mm512_shuffle_epi8(table, o.w[k]);
+  }
+}
+
+template <QuantType Q>
+constexpr std::size_t block32_bytes() {
+  return Q == QuantType::q4_0   ? q4_0_bytes
+         : Q == QuantType::q4_1 ? q4_1_bytes
+         : Q == QuantType::q5_0 ? q5_0_bytes
+         : Q == QuantType::q5_1 ? q5_1_bytes
+                                : iq4_nl_bytes;
+}
+
+/// Prefetches, for the rows of `next` (16 row pointers at block 0), the cache lines that blocks
+/// up to b (of `bytes` each) reach and that block b - 1 did not.
+/// Prefetch for streaming: while block b of 16 rows is computed, the lines `ahead` bytes further
+/// along each row (past the row's end: the same row of the next group of 16) are requested into
+/// L2. The 16 interleaved rows defeat the hardware prefetchers: measured on the project's Xeon
+/// with specdec_bench_cpu_kernels BM_matmul_stream, one thread, Q4_0 / Q4_K / Q6_K n = 1 took
+/// 104 / 98 / 119 ms without, 68 / 70 / 78 with 512 bytes ahead (about the same from 256 to
+/// 1536), and 20% less at n = 8; prefetching the next group of rows instead, as the Q8_0 kernel
+/// does, gained nothing here.
+struct Prefetcher {
+  /// prefetcht2, written as an assembly statement: GCC 12 deletes a loop whose body only holds
+  /// __builtin_prefetch (_mm_prefetch) calls, as this one's does.
+  static void prefetch_l2(const std::byte* p) {
+    __asm__ volatile("prefetcht2 %0" : : "m"(*reinterpret_cast<const char*>(p)));
+  }
+
+  const std::byte* group;  ///< row 0 of the current group
+  std::size_t row_bytes, bytes, ahead;
+  bool next_group;  ///< whether the next group of 16 rows exists
+  void operator()(std::size_t b) const {
+    // The lines of byte range [lo, lo + bytes) along a row, less the one block b - 1 requested.
+    const std::size_t lo = b * bytes + ahead, last = (lo + bytes - 1) / 64;
+    std::size_t first = lo / 64;
+    if (b != 0 && (lo - 1) / 64 == first) ++first;
+    for (std::size_t l = first; l <= last; ++l) {
+      std::size_t off = 64 * l;
+      const std::byte* base = group;
+      if (off >= row_bytes) {
+        if (!next_group) return;
+        off -= row_bytes;
+        base = group + 16 * row_bytes;
+      }
+      for (int r = 0; r < 16; ++r) prefetch_l2(base + r * row_bytes + off);
+    }
+  }
+};
+
+/// Rows [r0, r0 + 16) (lanes past `valid` repeat row r0 and are not stored) against the T
+/// tokens from t0.
+template <QuantType Q, int T>
+void group32(const QuantArgs& a, std::size_t r0, std::size_t valid, std::size_t t0) {
+  constexpr std::size_t bytes = block32_bytes<Q>();
+  constexpr bool has_min = Q == QuantType::q4_1 || Q == QuantType::q5_1;
+  const std::size_t blocks = a.cols / 32;
+  alignas(64) int offsets[16];
+  for (std::size_t i = 0; i < 16; ++i)
+    offsets[i] = static_cast<int>((i < valid ? i : 0) * a.row_bytes);
+  const std::byte* w0 = a.w + r0 * a.row_bytes;
+  Rows rows;
+  rows.offsets = _mm512_load_si512(offsets);
+  const Prefetcher prefetch{w0, a.row_bytes, bytes, prefetch_ahead, r0 + 32 <= a.rows};
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  Block32 blk;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    if (t0 == 0) prefetch(b);  // later token chunks find the rows in cache
+    for (int i = 0; i < 16; ++i) rows.p[i] = w0 + offsets[i] + b * bytes;
+    unpack32<Q>(rows, blk);
+    for (int t = 0; t < T; ++t) {
+      const std::size_t xb = (t0 + t) * blocks + b;
+      const std::int8_t* x = a.xq + (t0 + t) * a.cols + b * 32;
+      // The zero point as the start value: -z * sum(x) = offset * z / 128 (offset = -128 * sum).
+      __m512i isum;
+      if constexpr (Q == QuantType::q4_0)
+        isum = _mm512_srai_epi32(_mm512_set1_epi32(a.x_offsets[xb]), 4);
+      else if constexpr (Q == QuantType::q5_0)
+        isum = _mm512_srai_epi32(_mm512_set1_epi32(a.x_offsets[xb]), 3);
+      else if constexpr (Q == QuantType::iq4_nl)
+        isum = _mm512_set1_epi32(a.x_offsets[xb]);
+      else
+        isum = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) isum = dpbusd_x4(isum, blk.w[k], x + 4 * k);
+      const __m512 dx = _mm512_set1_ps(a.xd[xb]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(blk.d, dx), acc[t]);
+      if constexpr (has_min) {
+        // fma(float(sum), m dx, acc) as fma(-float(sum), -(m dx)): -sum = offset / 128 exactly.
+        const __m512 neg_sum =
+            _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_set1_epi32(a.x_offsets[xb]), 7));
+        acc[t] = _mm512_fnmadd_ps(neg_sum, _mm512_mul_ps(blk.m, dx), acc[t]);
+      }
+    }
+  }
+  const __mmask16 store = row_mask(valid);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + r0, store, acc[t]);
+}
+
+using GroupFn = void (*)(const QuantArgs&, std::size_t, std::size_t, std::size_t);
+template <QuantType Q, int... T>
+struct Groups32 {
+  static constexpr GroupFn table[sizeof...(T)] = {&group32<Q, T + 1>...};
+};
+template <QuantType Q>
+constexpr const GroupFn* groups32 =
+    Groups32<Q, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15>::table;
+
+template <QuantType Q>
+void matmul32(const QuantArgs& a) {
+  for (std::size_t r0 = 0; r0 < a.rows; r0 += 16) {
+    const std::size_t valid = a.rows - r0 < 16 ? a.rows - r0 : 16;
+    for (std::size_t t0 = 0; t0 < a.n; t0 += 16)
+      groups32<Q>[(a.n - t0 < 16 ? a.n - t0 : 16) - 1](a, r0, valid, t0);
+  }
+}
+
+// ================================================================================================
+// Super-blocks of 256 (the K-quants, IQ4_XS): one super-block of 16 rows unpacked into 64
+// registers' worth of L1 (w[k] = weights 4k..4k+3), with its sub-block scales as int32 lanes and
+// its zero-point or min factors as int16 pairs; then the tokens in groups of up to 8, their
+// integer sums in registers, their float accumulators in L1.
+
+struct BlockK {
+  __m512i w[64];
+  __m512i sc[16];  ///< sub-block scales (8 or 16 used)
+  /// Pairs of int16 multiplied by pairs of activation sums with vpdpwssd: subs of 16 ->
+  /// (f_{2i}, f_{2i+1}) with sums of 16 (2i, 2i+1), i < 8; subs of 32 -> (f_{2i}, f_{2i+1}) with
+  /// sums of 32 (2i, 2i+1), i < 4. f = -z * scale (no mins) or the min.
+  __m512i zm[8];
+  __m512 d, m;  ///< d, and m = -dmin for the types with mins
+};
+
+/// Per type: sub-block size (in dwords of weights: 4 = 16 weights, 8 = 32), whether it has mins,
+/// block bytes, and `shift`: the unpacked weights and scales make the integer sum 2^shift times
+/// the block's (Q4_K keeps its high nibbles in place, as 16 x the weight, and multiplies the low
+/// nibbles' scales by 16: one instruction less per 64 weights; the sum is shifted back, exactly).
+template <QuantType Q>
+struct KInfo;
+template <>
+struct KInfo<QuantType::q2_k> {
+  static constexpr int shift = 0;
+  static constexpr int sub_dwords = 4;
+  static constexpr bool has_min = true;
+  static constexpr std::size_t bytes = q2_k_bytes;
+};
+template <>
+struct KInfo<QuantType::q3_k> {
+  static constexpr int shift = 0;
+  static constexpr int sub_dwords = 4;
+  static constexpr bool has_min = false;
+  static constexpr std::size_t bytes = q3_k_bytes;
+};
+template <>
+struct KInfo<QuantType::q4_k> {
+  static constexpr int shift = 4;
+  static constexpr int sub_dwords = 8;
+  static constexpr bool has_min = true;
+  static constexpr std::size_t bytes = q4_k_bytes;
+};
+template <>
+struct KInfo<QuantType::q5_k> {
+  static constexpr int shift = 0;
+  static constexpr int sub_dwords = 8;
+  static constexpr bool has_min = true;
+  static constexpr std::size_t bytes = q5_k_bytes;
+};
+template <>
+struct KInfo<QuantType::q6_k> {
+  static constexpr int shift = 0;
+  static constexpr int sub_dwords = 4;
+  static constexpr bool has_min = false;
+  static constexpr std::size_t bytes = q6_k_bytes;
+};
+template <>
+struct KInfo<QuantType::iq4_xs> {
+  static constexpr int shift = 0;
+  static constexpr int sub_dwords = 8;
+  static constexpr bool has_min = false;
+  static constexpr std::size_t bytes = iq4_xs_bytes;
+};
+
+/// Q4_K / Q5_K scales and mins: 8 6-bit values each from 12 bytes (kernels.hpp's table).
+inline void k_scales_mins(const Rows& rows, BlockK& o) {
+  __m512i h[4];  // d | dmin << 16, scales[0..3], scales[4..7], scales[8..11]
+  transpose_16x16(rows.p, 0, h);
+  o.d = half_lo(h[0]);
+  o.m = _mm512_xor_ps(half_hi(h[0]), _mm512_set1_ps(-0.0f));
+  // Bytes 0-3: sub-blocks 0-3, low 6 bits of scales[0..3] (mins: [4..7]); sub-blocks 4-7: the
+  // nibbles of scales[8..11] plus the top two bits of scales[0..3] ([4..7]).
+  const __m512i top = splat8(0x30);
+  const __m512i sc_lo = _mm512_and_si512(h[1], splat8(0x3f));
+  const __m512i sc_hi =
+      merge(h[3], _mm512_and_si512(_mm512_srli_epi32(h[1], 2), top), splat8(0x0f));
+  const __m512i mn_lo = _mm512_and_si512(h[2], splat8(0x3f));
+  const __m512i mn_hi = merge(_mm512_srli_epi32(h[3], 4),
+                              _mm512_and_si512(_mm512_srli_epi32(h[2], 2), top), splat8(0x0f));
+  for (int j = 0; j < 4; ++j) {
+    o.sc[j] = byte_u32(sc_lo, j);
+    o.sc[j + 4] = byte_u32(sc_hi, j);
+  }
+  o.zm[0] = bytes_u16_pair(mn_lo, 0, 1);
+  o.zm[1] = bytes_u16_pair(mn_lo, 2, 3);
+  o.zm[2] = bytes_u16_pair(mn_hi, 0, 1);
+  o.zm[3] = bytes_u16_pair(mn_hi, 2, 3);
+}
+
+template <QuantType Q>
+inline void unpack_k(const Rows& rows, BlockK& o);
+
+template <>
+inline void unpack_k<QuantType::q2_k>(const Rows& rows, BlockK& o) {
+  __m512i s[4];  // scale bytes: low nibble the scale, high nibble the min, of sub-blocks 4i..4i+3
+  transpose_16x16(rows.p, q2_k_scales, s);
+  for (int i = 0; i < 16; ++i)
+    o.sc[i] = _mm512_and_si512(byte_u32(s[i / 4], i % 4), _mm512_set1_epi32(0x0f));
+  for (int i = 0; i < 8; ++i)
+    o.zm[i] = _mm512_srli_epi16(bytes_u16_pair(s[i / 2], 2 * (i % 2), 2 * (i % 2) + 1), 4);
+  const __m512i head = gather32(rows.offsets, rows.p[0], q2_k_d);  // d | dmin << 16
+  o.d = half_lo(head);
+  o.m = _mm512_xor_ps(half_hi(head), _mm512_set1_ps(-0.0f));
+  // Weight 128h + 32s + l: bits 2s of qs[32h + l].
+  for (int h = 0; h < 2; ++h) {
+    __m512i q[8];
+    transpose_16x32(rows.p, q2_k_qs + 32 * h, q);
+    for (int s2 = 0; s2 < 4; ++s2)
+      for (int k = 0; k < 8; ++k)
+        o.w[32 * h + 8 * s2 + k] = _mm512_and_si512(_mm512_srli_epi16(q[k], 2 * s2), splat8(0x03));
+  }
+}
+
+template <>
+inline void unpack_k<QuantType::q3_k>(const Rows& rows, BlockK& o) {
+  // Bytes 94..109: qs[62..63], the 12 scale bytes, d.
+  __m512i r[4];
+  transpose_16x16(rows.p, q3_k_scales - 2, r);
+  o.d = half_hi(r[3]);
+  const __m512i s0 = _mm512_or_si512(_mm512_srli_epi32(r[0], 16), _mm512_slli_epi32(r[1], 16));
+  const __m512i s1 = _mm512_or_si512(_mm512_srli_epi32(r[1], 16), _mm512_slli_epi32(r[2], 16));
+  const __m512i s2 = _mm512_or_si512(_mm512_srli_epi32(r[2], 16), _mm512_slli_epi32(r[3], 16));
+  // Scale 4g + b: low four bits from byte b of s0 (g = 0, 2: low / high nibble) or s1 (g = 1,
+  // 3), top two from bits 2g of byte b of s2; minus 32.
+  for (int g = 0; g < 4; ++g) {
+    const __m512i src = g % 2 == 0 ? s0 : s1;
+    const __m512i low = g < 2 ? src : _mm512_srli_epi32(src, 4);
+    const __m512i high =
+        _mm512_and_si512(_mm512_slli_epi32(_mm512_srli_epi32(s2, 2 * g), 4), splat8(0x30));
+    const __m512i scales = _mm512_sub_epi8(merge(low, high, splat8(0x0f)), splat8(32));
+    for (int b = 0; b < 4; ++b) o.sc[4 * g + b] = byte_i32(scales, b);
+    o.zm[2 * g] = _mm512_mullo_epi16(bytes_i16_pair(scales, 0, 1), _mm512_set1_epi16(-4));
+    o.zm[2 * g + 1] = _mm512_mullo_epi16(bytes_i16_pair(scales, 2, 3), _mm512_set1_epi16(-4));
+  }
+  // Weight 128h + 32s + l: bits 2s of qs[32h + l], third bit: bit 4h + s of hmask[l].
+  __m512i hm[8];
+  transpose_16x32(rows.p, q3_k_hmask, hm);
+  for (int h = 0; h < 2; ++h) {
+    __m512i q[8];
+    transpose_16x32(rows.p, q3_k_qs + 32 * h, q);
+    for (int s = 0; s < 4; ++s) {
+      const int bit = 4 * h + s;  // moved to bit 2
+      for (int k = 0; k < 8; ++k) {
+        const __m512i third =
+            bit >= 2 ? _mm512_srli_epi16(hm[k], bit - 2) : _mm512_slli_epi16(hm[k], 2 - bit);
+        o.w[32 * h + 8 * s + k] = merge(_mm512_srli_epi16(q[k], 2 * s),
+                                        _mm512_and_si512(third, splat8(0x04)), splat8(0x03));
+      }
+    }
+  }
+}
+
+template <>
+inline void unpack_k<QuantType::q4_k>(const Rows& rows, BlockK& o) {
+  k_scales_mins(rows, o);
+  // Sub-blocks 2c and 2c + 1: the low and high nibbles of qs[32c .. 32c + 31], the high ones in
+  // place (16 x the weight) and the low ones' scales times 16: the sum is 16 x the block's.
+  for (int c = 0; c < 4; ++c) {
+    o.sc[2 * c] = _mm512_slli_epi32(o.sc[2 * c], 4);
+    __m512i q[8];
+    transpose_16x32(rows.p, q4_k_qs + 32 * c, q);
+    for (int k = 0; k < 8; ++k) {
+      o.w[16 * c + k] = low_nibbles(q[k]);
+      o.w[16 * c + 8 + k] = _mm512_and_si512(q[k], splat8(0xf0));
+    }
+  }
+}
+
+/// Shifts bit `from` of every byte to bit `to` (16-bit shifts; the caller masks bit `to`).
+inline __m512i move_bit(__m512i v, int from, int to) {
+  return from >= to ? _mm512_srli_epi16(v, from - to) : _mm512_slli_epi16(v, to - from);
+}
+
+template <>
+inline void unpack_k<QuantType::q5_k>(const Rows& rows, BlockK& o) {
+  k_scales_mins(rows, o);
+  // As Q4_K, plus bit j of qh[l] as the fifth bit of sub-block j.
+  __m512i qh[8];
+  transpose_16x32(rows.p, q5_k_qh, qh);
+  const __m512i bit4 = splat8(0x10);
+  for (int c = 0; c < 4; ++c) {
+    __m512i q[8];
+    transpose_16x32(rows.p, q5_k_qs + 32 * c, q);
+    for (int k = 0; k < 8; ++k) {
+      o.w[16 * c + k] =
+          merge(q[k], _mm512_and_si512(move_bit(qh[k], 2 * c, 4), bit4), splat8(0x0f));
+      o.w[16 * c + 8 + k] =
+          merge(_mm512_srli_epi16(q[k], 4), _mm512_and_si512(move_bit(qh[k], 2 * c + 1, 4), bit4),
+                splat8(0x0f));
+    }
+  }
+}
+
+template <>
+inline void unpack_k<QuantType::q6_k>(const Rows& rows, BlockK& o) {
+  __m512i s[4];  // the 16 int8 scales, 4 per lane
+  transpose_16x16(rows.p, q6_k_scales, s);
+  for (int i = 0; i < 16; ++i) o.sc[i] = byte_i32(s[i / 4], i % 4);
+  for (int i = 0; i < 8; ++i)
+    o.zm[i] = _mm512_mullo_epi16(bytes_i16_pair(s[i / 2], 2 * (i % 2), 2 * (i % 2) + 1),
+                                 _mm512_set1_epi16(-32));
+  // d: the high half of the dword at 206 (inside the block, unlike the dword at 208).
+  o.d = half_hi(gather32(rows.offsets, rows.p[0], q6_k_d - 2));
+  // Weight 128h + 32 part + l: low four bits from ql[64h + l + 32 (part % 2)] (low nibble for
+  // part < 2, high otherwise), top two from bits 2 part of qh[32h + l].
+  const __m512i top = splat8(0x30);
+  for (int h = 0; h < 2; ++h) {
+    __m512i ql0[8], ql1[8], qh[8];
+    transpose_16x32(rows.p, 64 * h, ql0);
+    transpose_16x32(rows.p, 64 * h + 32, ql1);
+    transpose_16x32(rows.p, q6_k_qh + 32 * h, qh);
+    for (int k = 0; k < 8; ++k) {
+      __m512i* w = o.w + 32 * h + k;
+      w[0] = merge(ql0[k], _mm512_and_si512(_mm512_slli_epi16(qh[k], 4), top), splat8(0x0f));
+      w[8] = merge(ql1[k], _mm512_and_si512(_mm512_slli_epi16(qh[k], 2), top), splat8(0x0f));
+      w[16] = merge(_mm512_srli_epi16(ql0[k], 4), _mm512_and_si512(qh[k], top), splat8(0x0f));
+      w[24] = merge(_mm512_srli_epi16(ql1[k], 4),
+                    _mm512_and_si512(_mm512_srli_epi16(qh[k], 2), top), splat8(0x0f));
+    }
+  }
+}
+
+template <>
+inline void unpack_k<QuantType::iq4_xs>(const Rows& rows, BlockK& o) {
+  const __m512i head = gather32(rows.offsets, rows.p[0], 0);  // d | scales_h << 16
+  const __m512i low = gather32(rows.offsets, rows.p[0], iq4_xs_scales_l);
+  o.d = half_lo(head);
+  const __m512i high = _mm512_srli_epi32(head, 16);
+  const __m512i nibble = _mm512_set1_epi32(0x0f), two = _mm512_set1_epi32(0x30);
+  // Sub-block j: low four bits = nibble j of scales_l, top two = bits 2j of scales_h; minus 32.
+  for (int j = 0; j < 8; ++j) {
+    const __m512i lo4 = _mm512_and_si512(_mm512_srli_epi32(low, 4 * j), nibble);
+    const __m512i hi2 = _mm512_and_si512(
+        2 * j >= 4 ? _mm512_srli_epi32(high, 2 * j - 4) : _mm512_slli_epi32(high, 4 - 2 * j), two);
+    o.sc[j] = _mm512_sub_epi32(_mm512_or_si512(lo4, hi2), _mm512_set1_epi32(32));
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512i pair = _mm512_or_si512(_mm512_and_si512(o.sc[2 * i], _mm512_set1_epi32(0xffff)),
+                                         _mm512_slli_epi32(o.sc[2 * i + 1], 16));
+    o.zm[i] = _mm512_mullo_epi16(pair, _mm512_set1_epi16(-128));
+  }
+  // Sub-blocks 2c, 2c + 1: 16 bytes of qs each; low nibbles weights 0-15, high 16-31.
+  const __m512i table = iq4_table();
+  for (int c = 0; c < 4; ++c) {
+    __m512i q[8];
+    transpose_16x32(rows.p, iq4_xs_qs + 32 * c, q);
+    for (int k = 0; k < 4; ++k)
+      for (int sub = 0; sub < 2; ++sub) {
+        __m512i* w = o.w + 16 * c + 8 * sub + k;
+        w[0] = _mm512_shuffle_epi8(table, low_nibbles(q[4 * sub + k]));
+        w[4] = _mm512_shuffle_epi8(table, high_nibbles(q[4 * sub + k]));
+      }
+  }
+}
+
+/// T tokens from t0 (T <= 8) against super-block b of the 16 rows: acc[t][lane] += the block's
+/// terms, in the documented order.
+template <int T, int SD, bool HasMin, int Shift>
+void k_tokens(const BlockK& o, const QuantArgs& a, std::size_t t0, std::size_t b, float* acc) {
+  constexpr int subs = 64 / SD, nz = SD == 4 ? 8 : 4;
+  const std::size_t blocks = a.cols / 256;
+  const std::int8_t* x[T];
+  for (int t = 0; t < T; ++t) x[t] = a.xq + (t0 + t) * a.cols + b * 256;
+  __m512i isum[T];
+  for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+  for (int j = 0; j < subs; ++j) {
+    __m512i w[SD];
+    for (int i = 0; i < SD; ++i) w[i] = o.w[SD * j + i];
+    const __m512i sc = o.sc[j];
+    for (int t = 0; t < T; ++t) {
+      __m512i dot = _mm512_setzero_si512();
+      for (int i = 0; i < SD; ++i) dot = dpbusd_x4(dot, w[i], x[t] + 4 * (SD * j + i));
+      isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot, sc));
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    const std::size_t xb = (t0 + t) * blocks + b;
+    const std::int16_t* sums = a.x_sums + xb * q8_k_sums + (nz == 8 ? 0 : 16);
+    if constexpr (Shift != 0) isum[t] = _mm512_srai_epi32(isum[t], Shift);
+    __m512i zm = HasMin ? _mm512_setzero_si512() : isum[t];
+    for (int i = 0; i < nz; ++i) zm = _mm512_dpwssd_epi32(zm, o.zm[i], bcast32(sums + 2 * i));
+    const __m512 dx = _mm512_set1_ps(a.xd[xb]);
+    __m512 v = _mm512_load_ps(acc + 16 * t);
+    v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(HasMin ? isum[t] : zm), _mm512_mul_ps(o.d, dx), v);
+    if constexpr (HasMin) v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(zm), _mm512_mul_ps(o.m, dx), v);
+    _mm512_store_ps(acc + 16 * t, v);
+  }
+}
+
+using TokensFn = void (*)(const BlockK&, const QuantArgs&, std::size_t, std::size_t, float*);
+template <int SD, bool HasMin, int Shift, int... T>
+struct KTokens {
+  static constexpr TokensFn table[sizeof...(T)] = {&k_tokens<T + 1, SD, HasMin, Shift>...};
+};
+
+template <QuantType Q>
+void matmul_k(const QuantArgs& a) {
+  using Info = KInfo<Q>;
+  constexpr std::size_t bytes = Info::bytes;
+  const TokensFn* tokens =
+      KTokens<Info::sub_dwords, Info::has_min, Info::shift, 0, 1, 2, 3, 4, 5, 6, 7>::table;
+  const std::size_t blocks = a.cols / 256;
+  constexpr std::size_t chunk = 64;  // tokens per pass over the weights (acc: 4 KiB)
+  alignas(64) BlockK blk;
+  alignas(64) float acc[chunk * 16];
+  for (std::size_t r0 = 0; r0 < a.rows; r0 += 16) {
+    const std::size_t valid = a.rows - r0 < 16 ? a.rows - r0 : 16;
+    alignas(64) int offsets[16];
+    for (std::size_t i = 0; i < 16; ++i)
+      offsets[i] = static_cast<int>((i < valid ? i : 0) * a.row_bytes);
+    const std::byte* w0 = a.w + r0 * a.row_bytes;
+    Rows rows;
+    rows.offsets = _mm512_load_si512(offsets);
+    const Prefetcher prefetch{w0, a.row_bytes, bytes, prefetch_ahead, r0 + 32 <= a.rows};
+    for (std::size_t t0 = 0; t0 < a.n; t0 += chunk) {
+      const std::size_t m = a.n - t0 < chunk ? a.n - t0 : chunk;
+      for (std::size_t i = 0; i < m * 16; ++i) acc[i] = 0.0f;
+      for (std::size_t b = 0; b < blocks; ++b) {
+        if (t0 == 0) prefetch(b);
+        for (int i = 0; i < 16; ++i) rows.p[i] = w0 + offsets[i] + b * bytes;
+        unpack_k<Q>(rows, blk);
+        for (std::size_t t1 = 0; t1 < m; t1 += 8)
+          tokens[(m - t1 < 8 ? m - t1 : 8) - 1](blk, a, t0 + t1, b, acc + 16 * t1);
+      }
+      const __mmask16 store = row_mask(valid);
+      for (std::size_t t = 0; t < m; ++t)
+        _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + r0, store, _mm512_load_ps(acc + 16 * t));
+    }
+  }
+}
+
+}  // namespace
+
+void quant_matmul_avx512vnni(const QuantArgs& a) {
+  switch (a.type) {
+    case QuantType::q4_0:
+      return matmul32<QuantType::q4_0>(a);
+    case QuantType::q4_1:
+      return matmul32<QuantType::q4_1>(a);
+    case QuantType::q5_0:
+      return matmul32<QuantType::q5_0>(a);
+    case QuantType::q5_1:
+      return matmul32<QuantType::q5_1>(a);
+    case QuantType::iq4_nl:
+      return matmul32<QuantType::iq4_nl>(a);
+    case QuantType::q2_k:
+      return matmul_k<QuantType::q2_k>(a);
+    case QuantType::q3_k:
+      return matmul_k<QuantType::q3_k>(a);
+    case QuantType::q4_k:
+      return matmul_k<QuantType::q4_k>(a);
+    case QuantType::q5_k:
+      return matmul_k<QuantType::q5_k>(a);
+    case QuantType::q6_k:
+      return matmul_k<QuantType::q6_k>(a);
+    case QuantType::iq4_xs:
+      return matmul_k<QuantType::iq4_xs>(a);
+  }
+}
+
+}  // namespace specdec::cpu::detail
