@@ -24,12 +24,12 @@ specdec::test::RunResult run_with_env(std::vector<std::string> env,
   return run_program("/usr/bin/env", env);
 }
 
-const std::vector<std::string> kGenerate = {"generate", "-m",   demo_target(), "--baseline", "-p",
+const std::vector<std::string> kGenerate = {"generate", "-m", demo_target(), "--baseline", "-p",
                                             "def f",    "-n", "3",           "--json"};
 
 }  // namespace
 
-TEST_CASE("--backend: cpu runs, cuda runs or says why it cannot, anything else is refused",
+TEST_CASE("backend flag: cpu runs, cuda runs or says why it cannot, anything else is refused",
           "[cli][backend]") {
   auto args = kGenerate;
   args.insert(args.end(), {"--backend", "cpu"});
@@ -62,7 +62,7 @@ TEST_CASE("--backend: cpu runs, cuda runs or says why it cannot, anything else i
   }
 }
 
-TEST_CASE("SPECDEC_BACKEND sets the default backend; the flag wins", "[cli][backend]") {
+TEST_CASE("backend flag: SPECDEC_BACKEND sets the default and the flag wins", "[cli][backend]") {
   auto r = run_with_env({"SPECDEC_BACKEND=cpu"}, kGenerate);
   REQUIRE(r.status == 0);
   CHECK(nlohmann::json::parse(r.out)["backend"] == "cpu");
@@ -78,7 +78,8 @@ TEST_CASE("SPECDEC_BACKEND sets the default backend; the flag wins", "[cli][back
   if (!SPECDEC_CLI_HAS_CUDA) CHECK(nlohmann::json::parse(r.out)["backend"] == "cpu");
 }
 
-TEST_CASE("every model-running subcommand takes --backend; -ngl points to it", "[cli][backend]") {
+TEST_CASE("backend flag: every model-running subcommand takes it and -ngl points to it",
+          "[cli][backend]") {
   for (const char* command : {"generate", "chat", "bench", "demo", "logits"}) {
     INFO(command);
     const auto r = run_cli({command, "--help"});

@@ -126,7 +126,7 @@ TEST_CASE("chat: a piped conversation appends only each turn's continuation", "[
 }
 
 TEST_CASE(
-    "chat: answers over the reused KV cache are a fresh generation's; speculative == baseline",
+    "chat: answers over the reused KV cache are a fresh generation's and speculative == baseline",
     "[cli][chat]") {
   const ChatPair pair;
   const std::string input = "Hello there\n1 In the beginning\ndef copy(x):\n";
@@ -242,7 +242,7 @@ TEST_CASE("chat: errors name the problem and the flag", "[cli][chat]") {
   CHECK(r.err.find("larger -c") != std::string::npos);
 }
 
-TEST_CASE("chat: Ctrl-C stops the current answer only; Ctrl-C at the prompt ends the chat",
+TEST_CASE("chat: Ctrl-C stops the current answer only, Ctrl-C at the prompt ends the chat",
           "[cli][chat][interrupt]") {
   const ChatPair pair;
   const auto file = specdec::test::temp_path(".json");
