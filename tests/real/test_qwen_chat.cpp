@@ -2,12 +2,13 @@
 //   - the GGUF's template is detected as ChatML with Qwen's default system message, its
 //     <|im_end|> (the tokenizer's EOS here) ends a turn, and a rendered conversation tokenizes
 //     with one special id per ChatML mark;
-//   - `specdec chat` (1.5B target, 0.5B draft, greedy; their Q8_0 re-encodings, which the CPU
-//     backend runs whatever K-quant kernels it has) over three piped turns: each later turn
-//     appends only the continuation (from <|im_end|>), the conversation's token sequence equals
-//     the tokenization of the whole conversation, and every answer equals a fresh target-only
-//     generation over the whole conversation up to its question (the reused caches held what a
-//     prefill gives).
+//   - `specdec chat` (1.5B target, 0.5B draft, the official Q4_K_M files, greedy) over three
+//     piped turns: each later turn appends only the continuation (from <|im_end|>), the
+//     conversation's token sequence equals the tokenization of the whole conversation, and every
+//     answer equals a fresh target-only generation over the whole conversation up to its question
+//     (the reused caches held what a prefill gives).
+#include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -20,9 +21,7 @@
 #include "specdec/cpu/transformer.hpp"
 #include "specdec/decoder/autoregressive.hpp"
 #include "specdec/model/chat_template.hpp"
-#include "specdec/model/gguf_writer.hpp"
 #include "specdec/model/loader.hpp"
-#include "specdec/model/quant_mix.hpp"
 #include "specdec_test.hpp"
 
 using nlohmann::json;
@@ -55,18 +54,8 @@ TEST_CASE("qwen chat: KV reuse across turns equals the whole conversation, answe
           "[real][chat]") {
   specdec::test::require_models();
   specdec::test::skip_under_sanitizer();
-  const auto target_file = specdec::test::temp_path("-qwen-1.5b-q8_0.gguf");
-  const auto draft_file = specdec::test::temp_path("-qwen-0.5b-q8_0.gguf");
-  specdec::convert_gguf(official("1.5b").string(), target_file.string(),
-                        *specdec::find_quant_preset("Q8_0"));
-  specdec::convert_gguf(official("0.5b").string(), draft_file.string(),
-                        *specdec::find_quant_preset("Q8_0"));
-  struct Remove {
-    std::vector<std::filesystem::path> paths;
-    ~Remove() {
-      for (const auto& p : paths) std::filesystem::remove(p);
-    }
-  } remove{{target_file, draft_file}};
+  // The official Q4_K_M files as downloaded (the CPU backend computes on their K-quant blocks).
+  const std::filesystem::path target_file = official("1.5b"), draft_file = official("0.5b");
   const auto file = specdec::test::temp_path(".json");
   const auto r = specdec::test::run_cli(
       {"chat", "-m", target_file.string(), "-md", draft_file.string(), "--temp", "0", "-n", "40",
