@@ -8,12 +8,14 @@
 // memory rather than from baked-in kernel arguments.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -389,6 +391,8 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInvalidResourceHandle";
     case cudaErrorInvalidDevice:
       return "cudaErrorInvalidDevice";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
     case cudaErrorIllegalState:
       return "cudaErrorIllegalState";
     case cudaErrorStreamCaptureUnsupported:
@@ -417,6 +421,8 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "invalid resource handle";
     case cudaErrorInvalidDevice:
       return "invalid device ordinal";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
     case cudaErrorIllegalState:
       return "the operation cannot be performed in the present state";
     case cudaErrorStreamCaptureUnsupported:
@@ -432,7 +438,14 @@ const char* cudaGetErrorString(cudaError_t error) {
 
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return record(cudaErrorInvalidValue);
-  *count = 1;  // the emulated device
+  // The emulated device; SPECDEC_EMU_DEVICES=0 emulates a machine without one (the runtime's
+  // answer there), for the tests of that error path.
+  const char* devices = std::getenv("SPECDEC_EMU_DEVICES");
+  if (devices != nullptr && std::string_view(devices) == "0") {
+    *count = 0;
+    return record(cudaErrorNoDevice);
+  }
+  *count = 1;
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {

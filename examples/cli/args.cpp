@@ -22,9 +22,9 @@ struct Alias {
   std::string_view ours;
 };
 constexpr Alias kAliases[] = {
-    {"-md", "--model-draft"},   {"-cd", "--ctx-size-draft"}, {"-td", "--threads-draft"},
-    {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},  {"-co", "--color"},
-    {"-np", "--parallel"},
+    {"-md", "--model-draft"},    {"-cd", "--ctx-size-draft"}, {"-td", "--threads-draft"},
+    {"-ctk", "--cache-type-k"},  {"-ctv", "--cache-type-v"},  {"-co", "--color"},
+    {"-sys", "--system-prompt"}, {"-np", "--parallel"},
 };
 
 /// llama.cpp flags that specdec does not have: all their names, the long one first, and why.
@@ -38,8 +38,8 @@ const std::vector<Unsupported>& unsupported_flags() {
         "--gpu-layers-draft", "--spec-draft-ngl", "--device", "-dev", "--split-mode", "-sm",
         "--tensor-split", "-ts", "--main-gpu", "-mg", "--override-tensor", "-ot", "--no-kv-offload",
         "-nkvo"},
-       "the specdec CLI runs on the CPU backend; the CUDA backend is used from C++ "
-       "(docs/cuda.md)"},
+       "specdec runs whole models on one backend: --backend cuda puts target and draft, every "
+       "layer, on the GPU, --backend cpu on the CPU"},
       {{"--flash-attn", "-fa"}, "specdec's CPU attention has no alternative kernel to switch to"},
       {{"--batch-size", "-b"}, "the prompt is evaluated in steps of 256 tokens, not configurable"},
       {{"--ubatch-size", "-ub"},
@@ -49,29 +49,15 @@ const std::vector<Unsupported>& unsupported_flags() {
       {{"--parallel", "-np", "--cont-batching", "-cb"},
        "this command decodes one sequence at a time (specdec serve --parallel N serves several, "
        "batched)"},
-      {{"--conversation",
-        "-cnv",
-        "--no-conversation",
-        "-no-cnv",
-        "--interactive",
-        "-i",
-        "--interactive-first",
-        "-if",
-        "--single-turn",
-        "-st",
-        "--system-prompt",
-        "-sys",
-        "--system-prompt-file",
-        "-sysf",
-        "--chat-template",
-        "--chat-template-file",
-        "--jinja",
-        "--multiline-input",
-        "-mli",
-        "--in-prefix",
-        "--in-suffix",
-        "--in-prefix-bos"},
-       "generate continues one prompt (-p or -f); there is no chat mode yet"},
+      {{"--conversation", "-cnv", "--no-conversation", "-no-cnv", "--interactive", "-i",
+        "--interactive-first", "-if", "--single-turn", "-st", "--multiline-input", "-mli",
+        "--in-prefix", "--in-suffix", "--in-prefix-bos"},
+       "specdec chat is the conversation mode (generate --chat answers one message); a line "
+       "ending with \\ continues a message"},
+      {{"--jinja", "--no-jinja", "--chat-template-file", "--chat-template-kwargs"},
+       "specdec has no Jinja engine: it renders the chat template families it knows "
+       "(--chat-template NAME, docs/cli.md)"},
+      {{"--system-prompt-file", "-sysf"}, "give the system message with --system TEXT"},
       {{"--repeat-penalty",
         "--repeat-last-n",
         "--presence-penalty",

@@ -59,6 +59,7 @@ struct BenchOptions {
   std::size_t limit = 0;
   SamplingFlags sampling;
   ModelFlags models;
+  BackendFlag backend;
   bool json = false;
 };
 
@@ -118,6 +119,10 @@ std::string cpu_name() {
   return "unknown";
 }
 
+template <class LM>
+void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalPrompt>& prompts,
+              const std::string& prompt_source);
+
 void run_bench(BenchOptions o) {
   // Models and prompts: the bundled demo pair and its eval prompts unless told otherwise.
   std::optional<std::filesystem::path> demo_dir;
@@ -149,36 +154,49 @@ void run_bench(BenchOptions o) {
     std::erase_if(prompts, [&](const EvalPrompt& p) { return ++seen[p.domain] > o.limit; });
   }
 
-  Model target = open_model(*o.target, "target");
-  std::optional<Model> draft;
-  if (o.draft) draft = open_model(*o.draft, "draft");
+  const Backend backend = o.backend.resolve();
+  on_backend(backend, [&]<class LM>(std::type_identity<LM>) {
+    bench_on<LM>(o, backend, prompts, prompt_source);
+  });
+}
+
+/// The measurements, on the backend's model type LM.
+template <class LM>
+void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalPrompt>& prompts,
+              const std::string& prompt_source) {
+  Model<LM> target = open_model<LM>(*o.target, "target");
+  std::optional<Model<LM>> draft;
+  if (o.draft) draft = open_model<LM>(*o.draft, "draft");
   {
-    std::vector<Model*> models = {&target};
+    std::vector<Model<LM>*> models = {&target};
     if (draft) models.push_back(&*draft);
-    std::vector<cpu::Options> options;
-    for (const Model* m : models) options.push_back(model_options(*m, o.models));
-    start_models(models, options);
+    start_models<LM>(models, o.models);
   }
   if (draft) check_same_vocabulary(target, *draft);
   if (o.lookup_draft && !(draft && o.ngram))
     throw Error("bench: --lookup-draft needs --draft MODEL and --ngram N");
   // The draft with its head restricted to the first N ids, per --draft-head N (0: the draft
   // itself): other Transformers over the same weights.
-  std::map<std::size_t, Model> heads;
+  std::map<std::size_t, Model<LM>> heads;
   if (draft)
     for (const std::size_t n : o.draft_heads) {
       if (n == 0 || heads.contains(n)) continue;
       if (n > draft->file.config.vocab_size)
         throw Error(fmt::format("--draft-head {}: the draft's vocabulary has only {} tokens", n,
                                 draft->file.config.vocab_size));
-      cpu::Options options = model_options(*draft, o.models);
-      options.head_tokens = cpu::first_tokens(n);
-      Model& m = heads[n];
-      m.file = draft->file;
-      m.role = "draft";
-      m.lm = std::make_unique<cpu::Transformer>(m.file, options);
+      if constexpr (std::is_same_v<LM, cpu::Transformer>) {
+        cpu::Options options = model_options(draft->file, "draft", o.models);
+        options.head_tokens = cpu::first_tokens(n);
+        Model<LM>& m = heads[n];
+        m.file = draft->file;
+        m.role = "draft";
+        m.lm = std::make_unique<cpu::Transformer>(m.file, options);
+      } else {
+        throw Error(fmt::format(
+            "--draft-head {}: a restricted draft head is a CPU backend option (--backend cpu)", n));
+      }
     }
-  auto draft_with_head = [&](std::size_t n) -> Model* {
+  auto draft_with_head = [&](std::size_t n) -> Model<LM>* {
     if (!draft) return nullptr;
     return n ? &heads.at(n) : &*draft;
   };
@@ -194,7 +212,7 @@ void run_bench(BenchOptions o) {
                                               *std::max_element(o.ks.begin(), o.ks.end())),
                                      target.lm->context_length() - 1);
   const ForwardTimes target_times =
-      measure_forward_times(*target.lm, static_cast<cpu::Transformer*>(nullptr), max_k);
+      measure_forward_times(*target.lm, static_cast<LM*>(nullptr), max_k);
   std::map<std::size_t, double> draft_step;  // head -> seconds of one draft step
   if (draft)
     for (const std::size_t n : o.draft_heads)
@@ -279,8 +297,8 @@ void run_bench(BenchOptions o) {
         config.seed = seed + pi;
         std::vector<token_t> baseline_tokens;
         for (std::size_t si = 0; si < setups.size(); ++si) {
-          const GenerationResult r = run_decode(target, draft_with_head(setups[si].draft_head),
-                                                setups[si], prompt_ids[pi], config);
+          const GenerationResult r = run_decode<LM>(target, draft_with_head(setups[si].draft_head),
+                                                    setups[si], prompt_ids[pi], config);
           if (si == 0) {
             baseline_tokens = r.tokens;
           } else if (config.sampling.greedy() && rep == 0) {
@@ -384,7 +402,8 @@ void run_bench(BenchOptions o) {
         {"max_new_tokens", o.max_new_tokens},
         {"repeat", o.repeat},
         {"seed", seed},
-        {"threads", target.lm->threads()},
+        {"backend", backend_name(backend)},
+        {"threads", model_threads(*target.lm)},
         {"target_forward_seconds", target_times.target},  // T(1) .. T(max k + 1)
         {"draft_step_seconds", draft_step},               // per --draft-head (0: whole head)
         {"greedy_runs_compared", greedy_runs},
@@ -393,10 +412,11 @@ void run_bench(BenchOptions o) {
     print_json(out);
   } else {
     fmt::print(
-        "target {}{}\nprompts {} ({} prompts), {} new tokens each, {} repeat(s), {} thread(s), "
-        "medians\n",
+        "target {}{}\nprompts {} ({} prompts), {} new tokens each, {} repeat(s), {}, medians\n",
         *o.target, o.draft ? "\ndraft  " + *o.draft : std::string(), prompt_source, prompts.size(),
-        o.max_new_tokens, o.repeat, target.lm->threads());
+        o.max_new_tokens, o.repeat,
+        backend == Backend::cuda ? std::string("CUDA backend")
+                                 : fmt::format("{} thread(s)", model_threads(*target.lm)));
     fmt::print(
         "\ncosts measured before decoding (median of 7): target T(1) = {:.2f} ms; T(n)/T(1):",
         1e3 * target_times.target[0]);
@@ -506,6 +526,7 @@ void add_bench(CLI::App& app) {
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
   add_model_flags(*cmd, o->models, true);
+  add_backend_flag(*cmd, o->backend);
   cmd->add_flag("--json", o->json,
                 "print the results as one JSON object (input of tools/plot_bench.py)");
   cmd->callback([o] { run_bench(*o); });

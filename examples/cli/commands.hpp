@@ -9,6 +9,7 @@ class App;
 namespace specdec::cli {
 
 void add_generate(CLI::App& app);  // generate.cpp
+void add_chat(CLI::App& app);      // chat.cpp
 void add_bench(CLI::App& app);     // bench.cpp
 void add_demo(CLI::App& app);      // demo.cpp
 void add_info(CLI::App& app);      // tools.cpp

@@ -23,6 +23,7 @@
 #include "demo_models.hpp"
 #include "specdec/decoder/autoregressive.hpp"
 #include "specdec/decoder/drafters.hpp"
+#include "specdec/decoder/session.hpp"
 #include "specdec/decoder/speculative.hpp"
 
 namespace specdec::cli {
@@ -165,22 +166,32 @@ namespace {
 
 std::atomic<int> g_interrupts{0};
 static_assert(std::atomic<int>::is_always_lock_free, "used from a signal handler");
+std::atomic<const char*> g_note{nullptr};  // what the first SIGINT prints
+int g_wake[2] = {-1, -1};                  // the self-pipe behind interrupt_fd()
 struct sigaction g_previous_sigint {};
 
 extern "C" void on_sigint(int) {
-  // Only async-signal-safe calls here: an atomic, write(2) and _exit(2).
+  // Only async-signal-safe calls here: atomics, write(2) and _exit(2).
   if (g_interrupts.fetch_add(1) > 0) {
     remove_created_files_from_signal_handler();
     _exit(kInterruptedExit);
   }
-  constexpr char message[] =
-      "\nspecdec: interrupted: stopping after this round (Ctrl-C again to quit at once)\n";
-  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, message, sizeof message - 1);
+  if (const char* note = g_note.load()) {
+    std::size_t n = 0;
+    while (note[n] != '\0') ++n;
+    [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, note, n);
+  }
+  if (g_wake[1] >= 0) {
+    const char byte = 1;
+    [[maybe_unused]] const ssize_t written = ::write(g_wake[1], &byte, 1);
+  }
 }
 
 }  // namespace
 
-InterruptHandler::InterruptHandler() {
+InterruptHandler::InterruptHandler(const char* note) {
+  g_note.store(note);
+  if (g_wake[0] < 0 && ::pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) g_wake[0] = g_wake[1] = -1;
   struct sigaction action {};
   action.sa_handler = on_sigint;
   sigemptyset(&action.sa_mask);
@@ -192,45 +203,95 @@ InterruptHandler::~InterruptHandler() { sigaction(SIGINT, &g_previous_sigint, nu
 
 bool interrupted() { return g_interrupts.load() > 0; }
 
+void reset_interrupts(const char* note) {
+  g_note.store(note);
+  g_interrupts.store(0);
+  if (g_wake[0] >= 0) {  // drain the wake-ups of the SIGINTs forgotten
+    char buffer[64];
+    while (::read(g_wake[0], buffer, sizeof buffer) > 0) {
+    }
+  }
+}
+
+int interrupt_fd() { return g_wake[0]; }
+
+// ------------------------------------------------------------------------ backends
+
+const char* backend_name(Backend backend) { return backend == Backend::cuda ? "cuda" : "cpu"; }
+
+namespace {
+
+/// Why --backend cuda cannot run here, or "" when it can.
+std::string cuda_unavailable() {
+#if SPECDEC_CLI_CUDA
+  if (cuda::device_count() > 0) return {};
+  const std::string why = cuda::device_count_error();
+  return fmt::format("no CUDA device is present (cudaGetDeviceCount: {})",
+                     why.empty() ? std::string("0 devices") : why);
+#else
+  return "this specdec was built without the CUDA backend (nvcc was not found when it was "
+         "configured; docs/cuda.md)";
+#endif
+}
+
+}  // namespace
+
+Backend BackendFlag::resolve() const {
+  std::string name = text;
+  const char* from = "--backend";
+  if (name.empty()) {
+    if (const char* env = std::getenv("SPECDEC_BACKEND"); env != nullptr && *env != '\0') {
+      name = env;
+      from = "SPECDEC_BACKEND";
+    }
+  }
+  if (name.empty()) return cuda_unavailable().empty() ? Backend::cuda : Backend::cpu;
+  if (name == "cpu") return Backend::cpu;
+  if (name != "cuda")
+    throw UsageError(fmt::format("{} {}: the backends are cpu and cuda", from, name));
+  if (const std::string why = cuda_unavailable(); !why.empty())
+    throw Error(fmt::format("{} cuda: {}; use --backend cpu", from, why));
+  return Backend::cuda;
+}
+
+void add_backend_flag(CLI::App& cmd, BackendFlag& flag) {
+  cmd.add_option("--backend", flag.text,
+                 "cpu or cuda (default: $SPECDEC_BACKEND, else cuda when this binary has the CUDA "
+                 "backend and a GPU is present, else cpu); applies to target and draft")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
 // ------------------------------------------------------------------------ models
 
-const Tokenizer& Model::tokenizer() const {
-  if (!file.tokenizer)
-    throw Error(file.source +
-                ": the model file carries no tokenizer, so text prompts cannot be encoded");
-  return *file.tokenizer;
-}
-
-Model open_model(const std::string& path, std::string_view role) {
+LoadedModel open_model_file(const std::string& path, std::string_view role) {
   Progress progress;
   progress.update(fmt::format("loading {} {} ...", role, path));
-  Model m;
-  m.file = specdec::load_model(path);
-  m.role = std::string(role);
-  return m;
+  return specdec::load_model(path);
 }
 
-cpu::Options model_options(const Model& model, const ModelFlags& flags) {
-  const bool draft = model.role == "draft";
-  cpu::Options o;
-  o.kv_type = flags.kv_type();
-  o.threads = draft && flags.threads_draft ? *flags.threads_draft : flags.threads;
+std::size_t context_positions(const LoadedModel& file, std::string_view role,
+                              const ModelFlags& flags) {
+  const bool draft = role == "draft";
   const std::optional<std::size_t>& requested =
       draft && flags.context_draft ? flags.context_draft : flags.context;
   const char* flag = draft && flags.context_draft ? "-cd" : "-c";
-  const std::size_t trained = model.file.config.context_length;
-  if (!requested) {
-    o.context_length = std::min(trained, kDefaultContext);
-  } else if (*requested == 0) {
-    o.context_length = trained;
-  } else {
-    o.context_length = *requested;
-    if (*requested > trained)
-      warn(fmt::format(
-          "{} {} is more than the {} was trained for ({} positions): text past position {} may "
-          "degrade",
-          flag, *requested, model.role, trained, trained));
-  }
+  const std::size_t trained = file.config.context_length;
+  if (!requested) return std::min(trained, kDefaultContext);
+  if (*requested == 0) return trained;
+  if (*requested > trained)
+    warn(fmt::format(
+        "{} {} is more than the {} was trained for ({} positions): text past position {} may "
+        "degrade",
+        flag, *requested, role, trained, trained));
+  return *requested;
+}
+
+cpu::Options model_options(const LoadedModel& file, std::string_view role,
+                           const ModelFlags& flags) {
+  cpu::Options o;
+  o.kv_type = flags.kv_type();
+  o.threads = role == "draft" && flags.threads_draft ? *flags.threads_draft : flags.threads;
+  o.context_length = context_positions(file, role, flags);
   return o;
 }
 
@@ -242,9 +303,31 @@ std::size_t usable_cpus() {
   if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<std::size_t>(CPU_COUNT(&set));
   return std::max(1u, std::thread::hardware_concurrency());
 }
+
+#if SPECDEC_CLI_CUDA
+/// The CUDA backend's options of a model: the context and the KV cache type of the flags (the
+/// weights in f16). The emulated build (tests) runs its kernels with small blocks, which the
+/// emulator executes faster.
+cuda::Options cuda_options(const LoadedModel& file, std::string_view role,
+                           const ModelFlags& flags) {
+  cuda::Options o;
+  o.kv = flags.kv_type() == cpu::KvType::f16 ? cuda::Options::Kv::f16 : cuda::Options::Kv::f32;
+  o.context_length = context_positions(file, role, flags);
+#if SPECDEC_CUDA_EMULATION
+  o.norm_threads = 64;
+  o.attention_warps = 2;
+  o.sampling_threads = 64;
+#endif
+  return o;
+}
+#endif
 }  // namespace
 
-void start_models(std::span<Model* const> models, std::span<const cpu::Options> options) {
+template <>
+void start_models<cpu::Transformer>(std::span<Model<cpu::Transformer>* const> models,
+                                    const ModelFlags& flags) {
+  std::vector<cpu::Options> options;
+  for (const auto* m : models) options.push_back(model_options(m->file, m->role, flags));
   // The KV caches are allocated whole: check that all of them fit before allocating any.
   std::size_t total = 0;
   std::string parts;
@@ -278,24 +361,35 @@ void start_models(std::span<Model* const> models, std::span<const cpu::Options> 
   }
 }
 
-Model load_model_for_cpu(const std::string& path, std::string_view role, const ModelFlags& flags) {
-  Model m = open_model(path, role);
-  Model* const models[] = {&m};
-  const cpu::Options options[] = {model_options(m, flags)};
-  start_models(models, options);
-  return m;
+#if SPECDEC_CLI_CUDA
+template <>
+void start_models<cuda::Transformer>(std::span<Model<cuda::Transformer>* const> models,
+                                     const ModelFlags& flags) {
+  for (auto* m : models) {
+    const cuda::Options options = cuda_options(m->file, m->role, flags);
+    Progress progress;
+    progress.update(
+        fmt::format("uploading {} to the GPU ({} positions) ...", m->role, options.context_length));
+    try {
+      m->lm = std::make_unique<cuda::Transformer>(m->file, options);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{} {}: {}", m->role, m->file.source, e.what()));
+    }
+  }
 }
+#endif
 
-void check_same_vocabulary(const Model& target, const Model& draft) {
-  if (draft.file.config.vocab_size != target.file.config.vocab_size)
+void check_same_vocabulary(const LoadedModel& target, const LoadedModel& draft) {
+  // From the files' configs: the check comes before the models are started (serve starts them
+  // per slot, later).
+  if (draft.config.vocab_size != target.config.vocab_size)
     throw Error(fmt::format(
         "the draft {} has a vocabulary of {} tokens but the target {} has {}: the pair must share "
         "one tokenizer",
-        draft.file.source, draft.file.config.vocab_size, target.file.source,
-        target.file.config.vocab_size));
-  if (!draft.file.tokenizer || !target.file.tokenizer) return;  // nothing more to compare
-  const Tokenizer& a = *target.file.tokenizer;
-  const Tokenizer& b = *draft.file.tokenizer;
+        draft.source, draft.config.vocab_size, target.source, target.config.vocab_size));
+  if (!draft.tokenizer || !target.tokenizer) return;  // nothing more to compare
+  const Tokenizer& a = *target.tokenizer;
+  const Tokenizer& b = *draft.tokenizer;
   if (a.vocab_size() != b.vocab_size())
     throw Error(fmt::format("the draft's tokenizer has {} tokens but the target's has {}",
                             b.vocab_size(), a.vocab_size()));
@@ -348,59 +442,98 @@ NGramDrafter::Options DecodeSetup::ngram_options() const {
   return options;
 }
 
-namespace {
+/// The decoder of the setup: one of four, and the drafter objects a speculative one refers to.
+template <class LM>
+struct Decoder<LM>::Impl {
+  std::optional<ModelDrafter<LM>> model_drafter;
+  std::optional<NGramDrafter> ngram_drafter;
+  std::optional<LookupThenModelDrafter<LM>> lookup_drafter;
+  std::unique_ptr<AutoregressiveDecoder<LM>> baseline;
+  std::unique_ptr<SpeculativeDecoder<ModelDrafter<LM>, LM>> with_model;
+  std::unique_ptr<SpeculativeDecoder<NGramDrafter, LM>> with_ngram;
+  std::unique_ptr<SpeculativeDecoder<LookupThenModelDrafter<LM>, LM>> with_lookup;
 
-/// Speculative decoding with `drafter` (--draft-min: shorter proposals are not verified).
-template <class D>
-GenerationResult run_speculative(D& drafter, Model& target, const DecodeSetup& setup,
-                                 std::span<const token_t> prompt, const GenerationConfig& config,
-                                 const Callbacks& callbacks, const Tokenizer* draft_tokenizer) {
-  SpeculativeDecoder<D, cpu::Transformer> decoder(drafter, *target.lm, setup.speculative_options(),
-                                                  target.file.tokenizer.get(), draft_tokenizer);
-  return decoder.generate(prompt, config, callbacks);
-}
-
-}  // namespace
-
-GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setup,
-                            std::span<const token_t> prompt, const GenerationConfig& config,
-                            const Callbacks& callbacks) {
-  switch (setup.drafter) {
-    case DecodeSetup::Drafter::none: {
-      AutoregressiveDecoder<cpu::Transformer> decoder(*target.lm, target.file.tokenizer.get());
-      return decoder.generate(prompt, config, callbacks);
-    }
-    case DecodeSetup::Drafter::model: {
-      if (draft == nullptr) throw Error("a draft model is needed (--draft)");
-      ModelDrafter<cpu::Transformer> drafter(*draft->lm);
-      return run_speculative(drafter, target, setup, prompt, config, callbacks,
-                             draft->file.tokenizer.get());
-    }
-    case DecodeSetup::Drafter::ngram: {
-      NGramDrafter drafter(setup.ngram_options());
-      return run_speculative(drafter, target, setup, prompt, config, callbacks, nullptr);
-    }
-    case DecodeSetup::Drafter::lookup_model: {
-      if (draft == nullptr) throw Error("a draft model is needed (--draft)");
-      LookupThenModelDrafter<cpu::Transformer> drafter(*draft->lm, setup.ngram_options());
-      return run_speculative(drafter, target, setup, prompt, config, callbacks,
-                             draft->file.tokenizer.get());
-    }
+  /// f(decoder) with whichever decoder the setup made.
+  template <class F>
+  decltype(auto) visit(F&& f) {
+    if (baseline) return f(*baseline);
+    if (with_model) return f(*with_model);
+    if (with_lookup) return f(*with_lookup);
+    return f(*with_ngram);
   }
-  throw Error("unknown drafter");
+};
+
+template <class LM>
+Decoder<LM>::Decoder(Model<LM>& target, Model<LM>* draft, const DecodeSetup& setup)
+    : impl_(std::make_unique<Impl>()) {
+  const SpeculativeOptions options = setup.speculative_options();
+  const Tokenizer* tokenizer = target.file.tokenizer.get();
+  switch (setup.drafter) {
+    case DecodeSetup::Drafter::none:
+      impl_->baseline = std::make_unique<AutoregressiveDecoder<LM>>(*target.lm, tokenizer);
+      break;
+    case DecodeSetup::Drafter::model:
+      if (draft == nullptr || !draft->lm) throw Error("a draft model is needed (--draft)");
+      impl_->model_drafter.emplace(*draft->lm);
+      impl_->with_model = std::make_unique<SpeculativeDecoder<ModelDrafter<LM>, LM>>(
+          *impl_->model_drafter, *target.lm, options, tokenizer, draft->file.tokenizer.get());
+      break;
+    case DecodeSetup::Drafter::ngram: {
+      impl_->ngram_drafter.emplace(setup.ngram_options());
+      impl_->with_ngram = std::make_unique<SpeculativeDecoder<NGramDrafter, LM>>(
+          *impl_->ngram_drafter, *target.lm, options, tokenizer, nullptr);
+      break;
+    }
+    case DecodeSetup::Drafter::lookup_model:
+      if (draft == nullptr || !draft->lm) throw Error("a draft model is needed (--draft)");
+      impl_->lookup_drafter.emplace(*draft->lm, setup.ngram_options());
+      impl_->with_lookup = std::make_unique<SpeculativeDecoder<LookupThenModelDrafter<LM>, LM>>(
+          *impl_->lookup_drafter, *target.lm, options, tokenizer, draft->file.tokenizer.get());
+      break;
+  }
 }
 
-std::vector<token_t> encode_prompt(const Model& target, std::string_view text,
-                                   std::string_view source) {
-  std::vector<token_t> ids = target.tokenizer().encode(text, true);
-  if (ids.empty()) throw Error(fmt::format("{}: the prompt is empty", source));
-  const std::size_t context = target.lm->context_length();
+template <class LM>
+Decoder<LM>::~Decoder() = default;
+
+template <class LM>
+GenerationResult Decoder<LM>::generate(std::span<const token_t> prompt,
+                                       const GenerationConfig& config, const Callbacks& callbacks) {
+  return impl_->visit([&](auto& d) { return d.generate(prompt, config, callbacks); });
+}
+
+template <class LM>
+GenerationResult Decoder<LM>::continue_with(std::span<const token_t> tokens,
+                                            const GenerationConfig& config,
+                                            const Callbacks& callbacks) {
+  return impl_->visit([&](auto& d) { return d.continue_with(tokens, config, callbacks); });
+}
+
+template <class LM>
+const std::vector<token_t>& Decoder<LM>::sequence() const {
+  return impl_->visit(
+      [](auto& d) -> const std::vector<token_t>& { return d.session().sequence(); });
+}
+
+template class Decoder<cpu::Transformer>;
+#if SPECDEC_CLI_CUDA
+template class Decoder<cuda::Transformer>;
+#endif
+
+void check_prompt_fits(std::size_t tokens, std::size_t context, std::string_view source) {
   // The first generated token needs one more position than the prompt.
-  if (ids.size() >= context)
+  if (tokens >= context)
     throw Error(fmt::format(
         "{}: the prompt is {} tokens long but the target's context holds {} (at most {} prompt "
         "tokens leave room to generate; -c sets the context)",
-        source, ids.size(), context, context - 1));
+        source, tokens, context, context - 1));
+}
+
+std::vector<token_t> encode_prompt(const Tokenizer& tokenizer, std::size_t context,
+                                   std::string_view text, std::string_view source) {
+  std::vector<token_t> ids = tokenizer.encode(text, true);
+  if (ids.empty()) throw Error(fmt::format("{}: the prompt is empty", source));
+  check_prompt_fits(ids.size(), context, source);
   return ids;
 }
 

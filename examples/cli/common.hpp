@@ -1,5 +1,5 @@
 #pragma once
-// What the subcommands of the specdec CLI share: loading models, running one decoder
+// What the subcommands of the specdec CLI share: the backend, loading models, running one decoder
 // configuration, reading prompts, printing (progress on a terminal, coloured streaming,
 // statistics as JSON) and finding the bundled demo models.
 
@@ -10,12 +10,16 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "options.hpp"
 #include "specdec/cpu/transformer.hpp"
+#if SPECDEC_CLI_CUDA
+#include "specdec/cuda/transformer.hpp"
+#endif
 #include "specdec/decoder/drafters.hpp"
 #include "specdec/decoder/generation.hpp"
 #include "specdec/decoder/session.hpp"
@@ -90,48 +94,125 @@ class OutputFile {
 inline constexpr int kInterruptedExit = 130;
 
 /// While alive, the first SIGINT only sets interrupted() (generate polls it before each round
-/// through Callbacks::should_stop, then finishes normally: stop reason "cancelled"); a second
-/// SIGINT ends the process at once with kInterruptedExit.
+/// through Callbacks::should_stop, then finishes normally: stop reason "cancelled") and prints
+/// `note` on stderr; a second SIGINT ends the process at once with kInterruptedExit.
 class InterruptHandler {
  public:
-  InterruptHandler();
+  explicit InterruptHandler(
+      const char* note =
+          "\nspecdec: interrupted: stopping after this round (Ctrl-C again to quit at once)\n");
   InterruptHandler(const InterruptHandler&) = delete;
   InterruptHandler& operator=(const InterruptHandler&) = delete;
   ~InterruptHandler();
 };
 bool interrupted();
+/// Forgets the SIGINTs received so far and sets the note the next one prints (chat: each answer
+/// can be stopped on its own; at the prompt a SIGINT ends the chat). `note` must be a literal.
+void reset_interrupts(const char* note);
+/// A descriptor that becomes readable when a SIGINT arrives (the handler writes a byte to a
+/// pipe): chat polls it beside stdin, so that Ctrl-C at its prompt is seen at once.
+int interrupt_fd();
+
+// ------------------------------------------------------------------------ backends
+
+/// The backends a command can run its models on (--backend).
+enum class Backend { cpu, cuda };
+
+/// --backend cpu|cuda. The CUDA backend is in this binary when it was built with nvcc
+/// (SPECDEC_CLI_CUDA: linked to specdec::cuda; the tests' specdec-emu links the emulated
+/// specdec::cuda_emu instead, which runs the same code on the CPU).
+struct BackendFlag {
+  std::string text;  ///< "cpu", "cuda", or "" for the default
+  /// The backend: the flag, else $SPECDEC_BACKEND, else cuda when this binary has the CUDA
+  /// backend and a device is present, else cpu. Throws specdec::Error when cuda is asked for and
+  /// this binary was built without CUDA, or no CUDA device is present (cudaGetDeviceCount's
+  /// answer in the message).
+  [[nodiscard]] Backend resolve() const;
+};
+void add_backend_flag(CLI::App& cmd, BackendFlag& flag);
+const char* backend_name(Backend backend);
+
+/// Calls f(std::type_identity<LM>{}) with LM the model type of `backend` (cpu::Transformer or
+/// cuda::Transformer): a command's body is a template over the model type, instantiated for
+/// each backend of this binary.
+template <class F>
+decltype(auto) on_backend(Backend backend, F&& f) {
+#if SPECDEC_CLI_CUDA
+  if (backend == Backend::cuda) return f(std::type_identity<cuda::Transformer>{});
+#else
+  if (backend == Backend::cuda) throw Error("this specdec was built without the CUDA backend");
+#endif
+  return f(std::type_identity<cpu::Transformer>{});
+}
 
 // ------------------------------------------------------------------------ models
 
-/// A model file opened for the CPU backend: the file's config, weights and tokenizer, and (once
-/// started) a Transformer with its own KV cache over those weights.
+/// A model file opened for a backend: the file's config, weights and tokenizer, and (once
+/// started) the backend's model `LM` (cpu::Transformer or cuda::Transformer) with its own KV cache
+/// over those weights.
+template <class LM>
 struct Model {
   LoadedModel file;
   std::string role;  ///< "target", "draft", "model": names it in messages
-  std::unique_ptr<cpu::Transformer> lm;
+  std::unique_ptr<LM> lm;
 
-  [[nodiscard]] const Tokenizer& tokenizer() const;  ///< throws when the file carries none
+  [[nodiscard]] const Tokenizer& tokenizer() const {  ///< throws when the file carries none
+    if (!file.tokenizer)
+      throw Error(file.source +
+                  ": the model file carries no tokenizer, so text prompts cannot be encoded");
+    return *file.tokenizer;
+  }
 };
 
+/// A model on the CPU backend (specdec serve runs on it only).
+using CpuModel = Model<cpu::Transformer>;
+
 /// Memory-maps `path` (a .gguf file or a Hugging Face folder); no KV cache yet.
-Model open_model(const std::string& path, std::string_view role);
+LoadedModel open_model_file(const std::string& path, std::string_view role);
+template <class LM>
+Model<LM> open_model(const std::string& path, std::string_view role) {
+  return Model<LM>{open_model_file(path, role), std::string(role), nullptr};
+}
 
-/// The backend options of a model from the flags: threads (-t, or -td for the draft), KV cache
-/// type, and the context: -c N (or -cd for the draft), 0 = the model's, by default the model's
-/// capped at kDefaultContext. Warns when -c exceeds the context the model was trained for.
-cpu::Options model_options(const Model& model, const ModelFlags& flags);
+/// The KV cache positions of a model from the flags: -c N (or -cd for the draft), 0 = the
+/// model's, by default the model's capped at kDefaultContext. Warns when it exceeds the context
+/// the model was trained for.
+std::size_t context_positions(const LoadedModel& file, std::string_view role,
+                              const ModelFlags& flags);
+/// The CPU backend's options of a model from the flags: threads (-t, or -td for the draft), KV
+/// cache type, context_positions().
+cpu::Options model_options(const LoadedModel& file, std::string_view role, const ModelFlags& flags);
 
-/// Gives each model its Transformer with its options. First checks that their KV caches fit in
-/// memory together (throws naming the sizes, the limit and -c), and warns when a thread count
-/// exceeds the CPUs this process may use.
-void start_models(std::span<Model* const> models, std::span<const cpu::Options> options);
+/// Gives each model its backend model, with its options from the flags. On the CPU first checks
+/// that the KV caches fit in memory together (throws naming the sizes, the limit and -c) and
+/// warns when a thread count exceeds the CPUs this process may use; the CUDA backend checks the
+/// device's memory itself.
+template <class LM>
+void start_models(std::span<Model<LM>* const> models, const ModelFlags& flags);
 
-/// open_model + model_options + start_models for a command with one model.
-Model load_model_for_cpu(const std::string& path, std::string_view role, const ModelFlags& flags);
+/// open_model + start_models for a command with one model.
+template <class LM>
+Model<LM> load_model_for(const std::string& path, std::string_view role, const ModelFlags& flags) {
+  Model<LM> m = open_model<LM>(path, role);
+  Model<LM>* const models[] = {&m};
+  start_models<LM>(models, flags);
+  return m;
+}
 
 /// Refuses a draft whose tokenizer differs from the target's (vocabulary size, or any piece):
 /// speculative decoding compares the two models' probabilities token id by token id.
-void check_same_vocabulary(const Model& target, const Model& draft);
+void check_same_vocabulary(const LoadedModel& target, const LoadedModel& draft);
+template <class LM>
+void check_same_vocabulary(const Model<LM>& target, const Model<LM>& draft) {
+  check_same_vocabulary(target.file, draft.file);
+}
+
+/// The threads a model computes with (0 for a GPU model), for reports.
+inline std::size_t model_threads(const cpu::Transformer& lm) { return lm.threads(); }
+template <class LM>
+std::size_t model_threads(const LM&) {
+  return 0;
+}
 
 // ------------------------------------------------------------------------ decoding
 
@@ -158,17 +239,51 @@ struct DecodeSetup {
   [[nodiscard]] NGramDrafter::Options ngram_options() const;
 };
 
-/// One generation with the setup's decoder: `draft` is used by Drafter::model and lookup_model.
-/// With config.record_rounds, every round's record (p(x) and q(x) of its drafted tokens included)
-/// is kept in the result.
-GenerationResult run_decode(Model& target, Model* draft, const DecodeSetup& setup,
-                            std::span<const token_t> prompt, const GenerationConfig& config,
+/// The decoder of one setup over the models, kept across the turns of a conversation:
+/// generate() starts a sequence (both caches reset), continue_with() appends the next turn's
+/// tokens to it and generates (only they are prefilled: the decoders' continue_with). `draft` is
+/// used only by Drafter::model. The models must outlive the decoder.
+template <class LM>
+class Decoder {
+ public:
+  Decoder(Model<LM>& target, Model<LM>* draft, const DecodeSetup& setup);
+  ~Decoder();
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+
+  GenerationResult generate(std::span<const token_t> prompt, const GenerationConfig& config,
                             const Callbacks& callbacks = {});
+  GenerationResult continue_with(std::span<const token_t> tokens, const GenerationConfig& config,
+                                 const Callbacks& callbacks = {});
+  /// The conversation so far: prompts and generated tokens (EOS excluded).
+  [[nodiscard]] const std::vector<token_t>& sequence() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// One generation with the setup's decoder. With config.record_rounds, every round's record
+/// (p(x) and q(x) of its drafted tokens included, on the CPU backend) is kept in the result.
+template <class LM>
+GenerationResult run_decode(Model<LM>& target, Model<LM>* draft, const DecodeSetup& setup,
+                            std::span<const token_t> prompt, const GenerationConfig& config,
+                            const Callbacks& callbacks = {}) {
+  Decoder<LM> decoder(target, draft, setup);
+  return decoder.generate(prompt, config, callbacks);
+}
 
 /// Tokenizes a prompt with the target's tokenizer (BOS as the model expects) and checks that it
-/// fits the target's context. `source` names the prompt in the error ("--prompt", a file).
-std::vector<token_t> encode_prompt(const Model& target, std::string_view text,
-                                   std::string_view source);
+/// fits the target's context (`context`). `source` names the prompt in the error ("--prompt").
+std::vector<token_t> encode_prompt(const Tokenizer& tokenizer, std::size_t context,
+                                   std::string_view text, std::string_view source);
+/// Checks that prompt tokens leave room to generate in a context of `context` positions.
+void check_prompt_fits(std::size_t tokens, std::size_t context, std::string_view source);
+template <class LM>
+std::vector<token_t> encode_prompt(const Model<LM>& target, std::string_view text,
+                                   std::string_view source) {
+  return encode_prompt(target.tokenizer(), target.lm->context_length(), text, source);
+}
 
 /// Streams generated text to stdout as it is emitted. With colours, tokens the target accepted
 /// from the draft are green and the tokens the target chose itself (the correction or the bonus

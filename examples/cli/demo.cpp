@@ -8,6 +8,7 @@
 // target-only tokens.
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,7 @@ struct DemoOptions {
   SeedFlag seed;
   std::size_t repeat = 3;
   ModelFlags models = one_thread();
+  BackendFlag backend;
 
   // One thread: the demo models are so small (a target step is well under a millisecond) that
   // splitting a forward over threads costs more than it saves (docs/benchmarks.md).
@@ -62,15 +64,13 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-void run_demo(const DemoOptions& o) {
-  const auto dir = find_models_dir(o.models_dir);
-  Model target = open_model((dir / kDemoTarget).string(), "target");
-  Model draft = open_model((dir / kDemoDraft).string(), "draft");
+template <class LM>
+void demo_on(const DemoOptions& o, const std::filesystem::path& dir) {
+  Model<LM> target = open_model<LM>((dir / kDemoTarget).string(), "target");
+  Model<LM> draft = open_model<LM>((dir / kDemoDraft).string(), "draft");
   {
-    Model* const models[] = {&target, &draft};
-    const cpu::Options options[] = {model_options(target, o.models),
-                                    model_options(draft, o.models)};
-    start_models(models, options);
+    Model<LM>* const models[] = {&target, &draft};
+    start_models<LM>(models, o.models);
   }
   check_same_vocabulary(target, draft);
   const std::uint64_t seed = o.seed.resolve();
@@ -107,8 +107,8 @@ void run_demo(const DemoOptions& o) {
     fmt::print("\n--- {} ---\n{}", p.domain, dim(p.text));
     std::fflush(stdout);
     StreamPrinter printer(true);
-    (void)run_decode(target, &draft, spec, prompts.back(), config_at(o.temperature),
-                     printer.callbacks());
+    (void)run_decode<LM>(target, &draft, spec, prompts.back(), config_at(o.temperature),
+                         printer.callbacks());
     printer.finish();
   }
 
@@ -131,9 +131,9 @@ void run_demo(const DemoOptions& o) {
         progress.update(fmt::format("measuring {} at temperature {}: run {}/{} ...", row.domain,
                                     temperature, rep + 1, o.repeat));
         const GenerationResult b =
-            run_decode(target, nullptr, baseline, prompts[pi], config_at(temperature));
+            run_decode<LM>(target, nullptr, baseline, prompts[pi], config_at(temperature));
         const GenerationResult s =
-            run_decode(target, &draft, spec, prompts[pi], config_at(temperature));
+            run_decode<LM>(target, &draft, spec, prompts[pi], config_at(temperature));
         row.identical = row.identical && b.tokens == s.tokens;
         row.tokens = s.tokens.size();
         row.acceptance = s.stats.acceptance_rate;
@@ -174,6 +174,12 @@ void run_demo(const DemoOptions& o) {
       throw Error("demo: a greedy speculative output differs from the target-only output (a bug)");
 }
 
+void run_demo(const DemoOptions& o) {
+  const auto dir = find_models_dir(o.models_dir);
+  const Backend backend = o.backend.resolve();
+  on_backend(backend, [&]<class LM>(std::type_identity<LM>) { demo_on<LM>(o, dir); });
+}
+
 }  // namespace
 
 void add_demo(CLI::App& app) {
@@ -198,6 +204,7 @@ void add_demo(CLI::App& app) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{100}))
       ->capture_default_str();
   add_model_flags(*cmd, o->models, true);
+  add_backend_flag(*cmd, o->backend);
   cmd->callback([o] { run_demo(*o); });
 }
 

@@ -2,7 +2,8 @@
 //
 //   specdec generate -m TARGET [-md DRAFT | --ngram N | --baseline] (-p TEXT | -f FILE)
 //                    [-n 128] [-k 4] [--draft-min 0] [--adaptive] [--temp 0.8] [--top-k 0]
-//                    [--top-p 1] [--min-p 0] [-s 0] [-t N] [-c N] [--json] [--trace out.html]
+//                    [--top-p 1] [--min-p 0] [-s 0] [-t N] [-c N] [--backend cpu|cuda]
+//                    [--chat [--system TEXT] [--chat-template NAME]] [--json] [--trace out.html]
 //
 // The flags are llama.cpp's where it has the same setting (docs/cli.md lists every one and its
 // aliases). Ctrl-C stops the generation at the end of the current round and still prints the
@@ -19,6 +20,7 @@
 #include <CLI/CLI.hpp>
 
 #include "args.hpp"
+#include "chat.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #include "options.hpp"
@@ -51,6 +53,9 @@ struct GenerateOptions {
   std::optional<std::string> trace;
   bool display_prompt = true;
   std::string colour = "auto";
+  BackendFlag backend;
+  bool chat = false;
+  ChatFlags chat_flags;
 };
 
 /// llama.cpp's -e: \n, \r, \t, \', \", \\ and \xNN in the prompt become the characters.
@@ -129,58 +134,40 @@ nlohmann::json rounds_json(const GenerationResult& result) {
   return rounds;
 }
 
-void run_generate(const GenerateOptions& o) {
-  // Everything about the command line is checked before any model is loaded.
-  if (!o.prompt && !o.prompt_file)
-    throw UsageError("generate: give the prompt with -p TEXT or -f FILE (-f - reads stdin)");
+/// What run_generate() decided before loading any model.
+struct GeneratePlan {
+  Backend backend = Backend::cpu;
   DecodeSetup setup;
-  setup.k = o.k;
-  setup.adaptive = o.adaptive;
-  if (o.adaptive && o.k_given) setup.max_k = o.k;
-  setup.draft_min = o.draft_min;
-  if (o.draft_min > o.k && !o.adaptive)
-    throw UsageError(fmt::format(
-        "generate: --draft-min {} is more than --draft-max {}: no proposal would be verified",
-        o.draft_min, o.k));
-  if (o.baseline) {
-    setup.drafter = DecodeSetup::Drafter::none;
-  } else if (o.draft) {
-    setup.drafter = DecodeSetup::Drafter::model;
-  } else if (o.ngram) {
-    setup.drafter = DecodeSetup::Drafter::ngram;
-    setup.ngram = *o.ngram;
-  } else {
-    throw UsageError(
-        "generate: give a draft model with -md DRAFT (or --ngram N) for speculative decoding, or "
-        "--baseline for target-only decoding");
-  }
-  (void)o.models.kv_type();  // K and V types agree
-  set_colour_mode(o.colour == "on"    ? ColourMode::on
-                  : o.colour == "off" ? ColourMode::off
-                                      : ColourMode::automatic);
+  std::string text;  ///< the prompt (with --chat: the user's message)
+  std::string prompt_source;
+};
+
+template <class LM>
+void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
+                 std::optional<OutputFile>& trace_file, std::optional<OutputFile>& json_file) {
+  const DecodeSetup& setup = plan.setup;
   const bool speculative = setup.drafter != DecodeSetup::Drafter::none;
-  std::optional<OutputFile> trace_file, json_file;
-  if (o.trace) trace_file.emplace("--trace", *o.trace);
-  if (o.json_file) json_file.emplace("--json-file", *o.json_file);
-
-  const InterruptHandler interrupts;  // from here on, Ctrl-C ends the generation cleanly
-  const std::string text = read_prompt(o);
-
-  Model target = open_model(o.target, "target");
-  std::optional<Model> draft;
-  if (setup.drafter == DecodeSetup::Drafter::model) draft = open_model(*o.draft, "draft");
+  Model<LM> target = open_model<LM>(o.target, "target");
+  std::optional<Model<LM>> draft;
+  if (setup.drafter == DecodeSetup::Drafter::model) draft = open_model<LM>(*o.draft, "draft");
+  // With --chat the template is checked before the models take their memory.
+  std::optional<ChatFormat> chat;
+  if (o.chat) chat = chat_format(target.file, o.chat_flags);
   {
-    std::vector<Model*> models = {&target};
+    std::vector<Model<LM>*> models = {&target};
     if (draft) models.push_back(&*draft);
-    std::vector<cpu::Options> options;
-    for (const Model* m : models) options.push_back(model_options(*m, o.models));
-    start_models(models, options);
+    start_models<LM>(models, o.models);
   }
   if (draft) check_same_vocabulary(target, *draft);
-  const std::vector<token_t> prompt = encode_prompt(
-      target, text,
-      o.prompt ? std::string("--prompt")
-               : "--file " + (*o.prompt_file == "-" ? std::string("(stdin)") : *o.prompt_file));
+  std::vector<ChatMessage> messages;
+  std::vector<token_t> prompt;
+  if (chat) {
+    messages = first_messages(o.chat_flags, plan.text);
+    prompt = tokenize_chat(target.tokenizer(), chat->tmpl.render(messages, true), true);
+    check_prompt_fits(prompt.size(), target.lm->context_length(), plan.prompt_source);
+  } else {
+    prompt = encode_prompt(target, plan.text, plan.prompt_source);
+  }
 
   const std::size_t budget = token_budget(o.n_predict);
   const std::size_t target_context = target.lm->context_length();
@@ -206,22 +193,26 @@ void run_generate(const GenerateOptions& o) {
   config.stop_strings = o.stop;
   config.stop_at_eos = !o.ignore_eos;
   config.record_rounds = o.trace || o.json || o.json_file;
+  if (chat) chat->apply(config);
 
   Callbacks callbacks;
   std::optional<StreamPrinter> printer;
   if (!o.json) {
-    if (o.display_prompt) write_stdout(use_colour() ? "\x1b[2m" + text + "\x1b[0m" : text);
+    // A chat answer is a new text, not a continuation of the prompt: it is not displayed.
+    if (o.display_prompt && !chat)
+      write_stdout(use_colour() ? "\x1b[2m" + plan.text + "\x1b[0m" : plan.text);
     printer.emplace(speculative);
     callbacks = printer->callbacks();
   }
   callbacks.should_stop = [] { return interrupted(); };
   GenerationResult result =
-      run_decode(target, draft ? &*draft : nullptr, setup, prompt, config, callbacks);
+      run_decode<LM>(target, draft ? &*draft : nullptr, setup, prompt, config, callbacks);
   if (printer) printer->finish();
 
   // What was run, for the JSON output and the trace's header.
   nlohmann::json settings = {{"mode", speculative ? "speculative" : "baseline"},
                              {"decoder", setup.label()},
+                             {"backend", backend_name(plan.backend)},
                              {"target", o.target}};
   if (setup.drafter == DecodeSetup::Drafter::model) settings["draft"] = *o.draft;
   if (setup.drafter == DecodeSetup::Drafter::ngram) settings["ngram"] = setup.ngram;
@@ -240,8 +231,14 @@ void run_generate(const GenerateOptions& o) {
   if (draft) settings["draft_context_length"] = draft->lm->context_length();
   settings["kv_cache_type"] = o.models.cache_type_k;
   if (o.ignore_eos) settings["ignore_eos"] = true;
+  if (chat) settings["chat_template"] = std::string(chat->tmpl.name());
 
   nlohmann::json out = settings;
+  if (chat) {
+    out["messages"] = nlohmann::json::array();
+    for (const ChatMessage& m : messages)
+      out["messages"].push_back({{"role", m.role}, {"content", m.content}});
+  }
   out["prompt_tokens"] = prompt;
   out["tokens"] = result.tokens;
   out["text"] = result.text;
@@ -262,6 +259,54 @@ void run_generate(const GenerateOptions& o) {
   }
   if (json_file) json_file->write(json_text(out));
   if (o.json) print_json(out);
+}
+
+void run_generate(const GenerateOptions& o) {
+  // Everything about the command line is checked before any model is loaded.
+  if (!o.prompt && !o.prompt_file)
+    throw UsageError("generate: give the prompt with -p TEXT or -f FILE (-f - reads stdin)");
+  if (!o.chat && (o.chat_flags.system || o.chat_flags.chat_template))
+    throw UsageError(fmt::format("generate: {} applies to --chat (or use specdec chat)",
+                                 o.chat_flags.system ? "--system" : "--chat-template"));
+  GeneratePlan plan;
+  DecodeSetup& setup = plan.setup;
+  setup.k = o.k;
+  setup.adaptive = o.adaptive;
+  if (o.adaptive && o.k_given) setup.max_k = o.k;
+  setup.draft_min = o.draft_min;
+  if (o.draft_min > o.k && !o.adaptive)
+    throw UsageError(fmt::format(
+        "generate: --draft-min {} is more than --draft-max {}: no proposal would be verified",
+        o.draft_min, o.k));
+  if (o.baseline) {
+    setup.drafter = DecodeSetup::Drafter::none;
+  } else if (o.draft) {
+    setup.drafter = DecodeSetup::Drafter::model;
+  } else if (o.ngram) {
+    setup.drafter = DecodeSetup::Drafter::ngram;
+    setup.ngram = *o.ngram;
+  } else {
+    throw UsageError(
+        "generate: give a draft model with -md DRAFT (or --ngram N) for speculative decoding, or "
+        "--baseline for target-only decoding");
+  }
+  (void)o.models.kv_type();  // K and V types agree
+  plan.backend = o.backend.resolve();
+  set_colour_mode(o.colour == "on"    ? ColourMode::on
+                  : o.colour == "off" ? ColourMode::off
+                                      : ColourMode::automatic);
+  std::optional<OutputFile> trace_file, json_file;
+  if (o.trace) trace_file.emplace("--trace", *o.trace);
+  if (o.json_file) json_file.emplace("--json-file", *o.json_file);
+
+  const InterruptHandler interrupts;  // from here on, Ctrl-C ends the generation cleanly
+  plan.text = read_prompt(o);
+  plan.prompt_source =
+      o.prompt ? std::string("--prompt")
+               : "--file " + (*o.prompt_file == "-" ? std::string("(stdin)") : *o.prompt_file);
+  on_backend(plan.backend, [&]<class LM>(std::type_identity<LM>) {
+    generate_on<LM>(o, plan, trace_file, json_file);
+  });
 }
 
 /// --draft MODEL: an existing path. A number where no such file exists is most likely llama.cpp's
@@ -348,6 +393,11 @@ void add_generate(CLI::App& app) {
                 "do not stop at the end-of-sequence token (it is emitted like any other)");
 
   add_model_flags(*cmd, o->models, true);
+  add_backend_flag(*cmd, o->backend);
+  cmd->add_flag("--chat", o->chat,
+                "the prompt is a user message: apply the model's chat template (one turn; "
+                "specdec chat for a conversation)");
+  add_chat_flags(*cmd, o->chat_flags);
 
   cmd->add_flag("--json", o->json,
                 "print one JSON object (tokens, text, stats, rounds) instead of streaming");

@@ -2,6 +2,7 @@
 //
 //   specdec demo                          the bundled pair, streamed, with a speedup table
 //   specdec generate -m T -md D -p TEXT   generate text (speculative or --baseline)
+//   specdec chat -m T -md D               a conversation in the model's chat template
 //   specdec bench -m T -md D              baseline vs speculative on many prompts, one table
 //   specdec info FILE                     what a model file holds, and whether generate can run it
 //   specdec logits -m M --tokens ..       raw logits of one forward, for conformance checks
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   specdec::cli::add_demo(app);
   specdec::cli::add_generate(app);
+  specdec::cli::add_chat(app);
   specdec::cli::add_bench(app);
   specdec::cli::add_info(app);
   specdec::cli::add_logits(app);

@@ -454,10 +454,10 @@ void run_serve(const ServeOptions& o) {
   s.setup = setup;
   s.slots = o.parallel;
   s.target_path = o.target;
-  Model target = open_model(o.target, "target");
-  std::optional<Model> draft;
+  CpuModel target = open_model<cpu::Transformer>(o.target, "target");
+  std::optional<CpuModel> draft;
   if (setup.drafter == DecodeSetup::Drafter::model) {
-    draft = open_model(*o.draft, "draft");
+    draft = open_model<cpu::Transformer>(*o.draft, "draft");
     s.draft_path = *o.draft;
     check_same_vocabulary(target, *draft);
   }
@@ -476,15 +476,14 @@ void run_serve(const ServeOptions& o) {
   serve::ServedModels models;
   models.target = &target;
   models.draft = draft ? &*draft : nullptr;
-  models.target_options = model_options(target, o.models);
-  if (draft) models.draft_options = model_options(*draft, o.models);
+  models.target_options = model_options(target.file, target.role, o.models);
+  if (draft) models.draft_options = model_options(draft->file, draft->role, o.models);
   s.context_length = models.target_options.context_length;
   s.metrics = std::make_unique<serve::Metrics>(o.parallel, o.queue);
   {
     Progress progress;
     progress.update(fmt::format("starting {} slots ...", o.parallel));
-    s.engine = serve::make_engine(models, setup, {o.parallel, o.queue, !o.no_batching},
-                                  *s.metrics);
+    s.engine = serve::make_engine(models, setup, {o.parallel, o.queue, !o.no_batching}, *s.metrics);
   }
   s.created = static_cast<std::int64_t>(std::time(nullptr));
 

@@ -103,11 +103,23 @@ struct LogitsOptions {
   std::vector<std::int64_t> tokens;
   std::string out;
   ModelFlags models;
+  BackendFlag backend;
 };
 
-void run_logits(const LogitsOptions& o) {
-  OutputFile out("--out", o.out);  // checked before the model is loaded
-  Model model = load_model_for_cpu(o.model, "model", o.models);
+/// The logits of `tokens` in host memory (the CUDA backend's are copied from the device).
+LogitsView host_logits(cpu::Transformer& lm, std::span<const token_t> tokens) {
+  return lm.forward(tokens);
+}
+#if SPECDEC_CLI_CUDA
+LogitsView host_logits(cuda::Transformer& lm, std::span<const token_t> tokens) {
+  (void)lm.forward(tokens);
+  return lm.logits_to_host();
+}
+#endif
+
+template <class LM>
+void logits_on(const LogitsOptions& o, OutputFile& out) {
+  Model<LM> model = load_model_for<LM>(o.model, "model", o.models);
   const std::size_t vocab = model.lm->vocab_size();
   const std::size_t context = model.lm->context_length();
   std::vector<token_t> ids;
@@ -121,7 +133,7 @@ void run_logits(const LogitsOptions& o) {
     throw Error(fmt::format("--tokens: {} tokens do not fit the model's context of {} (-c sets it)",
                             ids.size(), context));
 
-  const LogitsView logits = model.lm->forward(ids);  // [n x vocab], one forward
+  const LogitsView logits = host_logits(*model.lm, ids);  // [n x vocab], one forward
   if (logits.rows != ids.size() || logits.vocab != vocab || logits.where != Memory::host)
     throw Error("logits: the backend returned an unexpected logits shape");
   // The file is raw little-endian float32, row-major [n x vocab] (the host's order: specdec
@@ -130,6 +142,12 @@ void run_logits(const LogitsOptions& o) {
   out.write(std::string_view(reinterpret_cast<const char*>(logits.data), bytes));
   fmt::print(stderr, "wrote {} x {} float32 logits ({} bytes) to {}\n", logits.rows, logits.vocab,
              bytes, o.out);
+}
+
+void run_logits(const LogitsOptions& o) {
+  OutputFile out("--out", o.out);  // checked before the model is loaded
+  const Backend backend = o.backend.resolve();
+  on_backend(backend, [&]<class LM>(std::type_identity<LM>) { logits_on<LM>(o, out); });
 }
 
 // ------------------------------------------------------------------------ tokenize
@@ -209,6 +227,7 @@ void add_logits(CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("-o,--out", o->out, "output file")->required();
   add_model_flags(*cmd, o->models, false);
+  add_backend_flag(*cmd, o->backend);
   cmd->callback([o] { run_logits(*o); });
 }
 

@@ -20,6 +20,10 @@
 
 namespace specdec::test {
 
+/// The CLI's default backend is CUDA where a GPU is present; these tests expect the CPU backend
+/// (test_backend*.cpp ask for cuda explicitly). An SPECDEC_BACKEND already set is kept.
+inline const bool kCpuBackendByDefault = ::setenv("SPECDEC_BACKEND", "cpu", 0) == 0;
+
 struct RunResult {
   int status = -1;  ///< exit status (-1: did not exit normally)
   std::string out;  ///< stdout

@@ -92,7 +92,7 @@ TEST_CASE("forward_batch gives every sequence bitwise the logits of its own forw
   }
 }
 
-TEST_CASE("forward_batch of one sequence is forward(); a subset of the sequences may sit out",
+TEST_CASE("forward_batch of one sequence is forward(), and a subset of the sequences may sit out",
           "[cpu][batch]") {
   const test::RandomModel m = test::make_random_model(test::small_llama(), DType::q8_0, 3);
   const std::size_t vocab = m.config.vocab_size;

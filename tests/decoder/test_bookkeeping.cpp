@@ -180,7 +180,7 @@ TEST_CASE("the draft's context limit: draft less, then continue target-only", "[
   CHECK(r.stats.drafted == 3);
 }
 
-TEST_CASE("a prompt that fills the context stops at once; a longer one is refused", "[decoder]") {
+TEST_CASE("a prompt that fills the context stops at once, a longer one is refused", "[decoder]") {
   MockLM target = counting_model(3);
   MockLM draft = counting_model(3);
   SpeculativeDecoder dec(draft, target);

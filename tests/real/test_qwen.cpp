@@ -55,9 +55,14 @@
 #include "specdec/model/gguf_writer.hpp"
 #include "specdec/model/loader.hpp"
 #include "specdec/model/quant_mix.hpp"
+#include "qwen_files.hpp"
 #include "specdec_test.hpp"
 
 using specdec::token_t;
+using specdec::test::kSizes;
+using specdec::test::official;
+using specdec::test::require_models;
+using specdec::test::skip_under_sanitizer;
 namespace fs = std::filesystem;
 
 namespace {
@@ -65,33 +70,6 @@ namespace {
 constexpr double kLogitTolerance = 0.05;         // of max |logit| at the position (see above)
 constexpr double kFirstPositionTolerance = 0.6;  // position 0: massive activations (see above)
 constexpr double kGreedyMargin = 0.75;           // logits (see above)
-const char* const kSizes[] = {"0.5b", "1.5b"};
-
-fs::path official(const char* size) {
-  return specdec::test::real_models() / fmt::format("qwen2.5-coder-{}-instruct-q4_k_m.gguf", size);
-}
-
-/// SKIPs the test (exit code 77) under AddressSanitizer: a 1.5B forward there takes minutes and
-/// the sanitised paths are the ones the tinyllama and random-model tests already cover.
-void skip_under_sanitizer() {
-#if defined(__SANITIZE_ADDRESS__)
-  std::cout << "SKIPPED: the Qwen forwards run in the release build only (AddressSanitizer)\n";
-  std::fflush(stdout);
-  std::exit(77);
-#endif
-}
-
-/// SKIPs the whole test (exit code 77) when the official files are not there.
-void require_models() {
-  for (const char* size : kSizes)
-    if (!fs::exists(official(size))) {
-      std::cout << "SKIPPED: " << official(size)
-                << " is absent (set SPECDEC_MODELS; /work/shared/models/qwen2.5-coder/fetch.sh)\n";
-      std::fflush(stdout);
-      std::exit(77);
-    }
-}
-
 nlohmann::json fixture(const std::string& stem) {
   std::ifstream in(specdec::test::test_data() / "real" / (stem + ".json"));
   REQUIRE(in.good());

@@ -318,7 +318,7 @@ class EngineOf final : public Engine {
 
 /// Refuses slots whose KV caches do not fit together, before allocating any.
 void check_memory(const ServedModels& m, std::size_t slots) {
-  auto bytes = [](const Model& model, const cpu::Options& o) {
+  auto bytes = [](const CpuModel& model, const cpu::Options& o) {
     return cpu::Transformer::estimate_memory(model.file.config, o).total();
   };
   const std::size_t per_slot =

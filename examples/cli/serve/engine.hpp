@@ -107,8 +107,8 @@ class Engine {
 /// The models of a server, loaded once: the target, and the draft model when the setup drafts
 /// with one. `target_options` / `draft_options` are each slot's backend options.
 struct ServedModels {
-  Model* target = nullptr;
-  Model* draft = nullptr;
+  CpuModel* target = nullptr;
+  CpuModel* draft = nullptr;
   cpu::Options target_options, draft_options;
 };
 

@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "specdec/common.hpp"
 #include "specdec/model/causal_lm.hpp"
@@ -35,8 +36,11 @@
 namespace specdec::cuda {
 
 /// Number of CUDA devices this process can use (0 without a driver or device; the emulation
-/// build reports its one emulated device).
+/// build reports its one emulated device, or none with SPECDEC_EMU_DEVICES=0).
 int device_count();
+/// Why device_count() is 0: cudaGetDeviceCount's error, e.g. "cudaErrorNoDevice: no
+/// CUDA-capable device is detected" (empty when it reported none).
+std::string device_count_error();
 
 struct Options {
   enum class Weights : std::uint8_t { f16, bf16 };
