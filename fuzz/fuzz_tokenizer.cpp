@@ -33,8 +33,7 @@ struct Tokenizers {
 
 const Tokenizers& tokenizers() {
   static const Tokenizers t = [] {
-    std::filesystem::path data =
-        std::filesystem::path(__FILE__).parent_path() / ".." / "tests" / "data" / "tokenizer";
+    std::filesystem::path data = SPECDEC_TOKENIZER_DATA;  // the repository's tests/data/tokenizer
     if (const char* env = std::getenv("SPECDEC_FUZZ_TOKENIZER_DATA")) data = env;
     try {
       return Tokenizers{
