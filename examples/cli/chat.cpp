@@ -279,23 +279,7 @@ void chat_on(const ChatOptions& o, Backend backend, const DecodeSetup& setup,
 }
 
 void run_chat(const ChatOptions& o) {
-  DecodeSetup setup;
-  setup.k = o.k;
-  setup.adaptive = o.adaptive;
-  if (o.adaptive && o.k_given) setup.max_k = o.k;
-  setup.draft_min = o.draft_min;
-  if (o.draft_min > o.k && !o.adaptive)
-    throw UsageError(fmt::format(
-        "chat: --draft-min {} is more than --draft-max {}: no proposal would be verified",
-        o.draft_min, o.k));
-  if (o.baseline || (!o.draft && !o.ngram)) {
-    setup.drafter = DecodeSetup::Drafter::none;
-  } else if (o.draft) {
-    setup.drafter = DecodeSetup::Drafter::model;
-  } else {
-    setup.drafter = DecodeSetup::Drafter::ngram;
-    setup.ngram = *o.ngram;
-  }
+  const DecodeSetup setup = decode_setup_of(o, "chat", /*drafterless_is_baseline=*/true);
   (void)o.models.kv_type();
   const Backend backend = o.backend.resolve();
   set_colour_mode(o.colour == "on"    ? ColourMode::on

@@ -13,8 +13,10 @@
 #include <type_traits>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "args.hpp"
 #include "options.hpp"
 #include "specdec/cpu/transformer.hpp"
 #if SPECDEC_CLI_CUDA
@@ -239,10 +241,41 @@ struct DecodeSetup {
   [[nodiscard]] NGramDrafter::Options ngram_options() const;
 };
 
+/// The setup of generate, chat and serve from the flags they share (-md, --ngram, --baseline,
+/// -k/--draft-max, --adaptive, --draft-min); `command` names the command in errors. Without a
+/// drafter the run is target-only when `drafterless_is_baseline` (chat), else a usage error.
+template <class Flags>
+DecodeSetup decode_setup_of(const Flags& o, std::string_view command,
+                            bool drafterless_is_baseline = false) {
+  DecodeSetup setup;
+  setup.k = o.k;
+  setup.adaptive = o.adaptive;
+  if (o.adaptive && o.k_given) setup.max_k = o.k;
+  setup.draft_min = o.draft_min;
+  if (o.draft_min > o.k && !o.adaptive)
+    throw UsageError(
+        fmt::format("{}: --draft-min {} is more than --draft-max {}: no proposal would be verified",
+                    command, o.draft_min, o.k));
+  if (o.baseline || (drafterless_is_baseline && !o.draft && !o.ngram)) {
+    setup.drafter = DecodeSetup::Drafter::none;
+  } else if (o.draft) {
+    setup.drafter = DecodeSetup::Drafter::model;
+  } else if (o.ngram) {
+    setup.drafter = DecodeSetup::Drafter::ngram;
+    setup.ngram = *o.ngram;
+  } else {
+    throw UsageError(fmt::format(
+        "{}: give a draft model with -md DRAFT (or --ngram N) for speculative decoding, or "
+        "--baseline for target-only decoding",
+        command));
+  }
+  return setup;
+}
+
 /// The decoder of one setup over the models, kept across the turns of a conversation:
 /// generate() starts a sequence (both caches reset), continue_with() appends the next turn's
 /// tokens to it and generates (only they are prefilled: the decoders' continue_with). `draft` is
-/// used only by Drafter::model. The models must outlive the decoder.
+/// used by Drafter::model and Drafter::lookup_model. The models must outlive the decoder.
 template <class LM>
 class Decoder {
  public:

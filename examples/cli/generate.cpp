@@ -269,27 +269,7 @@ void run_generate(const GenerateOptions& o) {
     throw UsageError(fmt::format("generate: {} applies to --chat (or use specdec chat)",
                                  o.chat_flags.system ? "--system" : "--chat-template"));
   GeneratePlan plan;
-  DecodeSetup& setup = plan.setup;
-  setup.k = o.k;
-  setup.adaptive = o.adaptive;
-  if (o.adaptive && o.k_given) setup.max_k = o.k;
-  setup.draft_min = o.draft_min;
-  if (o.draft_min > o.k && !o.adaptive)
-    throw UsageError(fmt::format(
-        "generate: --draft-min {} is more than --draft-max {}: no proposal would be verified",
-        o.draft_min, o.k));
-  if (o.baseline) {
-    setup.drafter = DecodeSetup::Drafter::none;
-  } else if (o.draft) {
-    setup.drafter = DecodeSetup::Drafter::model;
-  } else if (o.ngram) {
-    setup.drafter = DecodeSetup::Drafter::ngram;
-    setup.ngram = *o.ngram;
-  } else {
-    throw UsageError(
-        "generate: give a draft model with -md DRAFT (or --ngram N) for speculative decoding, or "
-        "--baseline for target-only decoding");
-  }
+  plan.setup = decode_setup_of(o, "generate");
   (void)o.models.kv_type();  // K and V types agree
   plan.backend = o.backend.resolve();
   set_colour_mode(o.colour == "on"    ? ColourMode::on

@@ -417,27 +417,7 @@ void watch_signals(Server& s, httplib::Server& http, const std::atomic<bool>& li
 }
 
 void run_serve(const ServeOptions& o) {
-  DecodeSetup setup;
-  setup.k = o.k;
-  setup.adaptive = o.adaptive;
-  if (o.adaptive && o.k_given) setup.max_k = o.k;
-  setup.draft_min = o.draft_min;
-  if (o.draft_min > o.k && !o.adaptive)
-    throw UsageError(fmt::format(
-        "serve: --draft-min {} is more than --draft-max {}: no proposal would be verified",
-        o.draft_min, o.k));
-  if (o.baseline) {
-    setup.drafter = DecodeSetup::Drafter::none;
-  } else if (o.draft) {
-    setup.drafter = DecodeSetup::Drafter::model;
-  } else if (o.ngram) {
-    setup.drafter = DecodeSetup::Drafter::ngram;
-    setup.ngram = *o.ngram;
-  } else {
-    throw UsageError(
-        "serve: give a draft model with -md DRAFT (or --ngram N) for speculative decoding, or "
-        "--baseline for target-only decoding");
-  }
+  const DecodeSetup setup = decode_setup_of(o, "serve");
   if (o.parallel == 0) throw UsageError("serve: --parallel must be at least 1");
   (void)o.models.kv_type();
 
