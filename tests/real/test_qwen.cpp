@@ -48,6 +48,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "qwen_files.hpp"
 #include "specdec/cpu/transformer.hpp"
 #include "specdec/decoder/autoregressive.hpp"
 #include "specdec/decoder/speculative.hpp"
@@ -55,7 +56,6 @@
 #include "specdec/model/gguf_writer.hpp"
 #include "specdec/model/loader.hpp"
 #include "specdec/model/quant_mix.hpp"
-#include "qwen_files.hpp"
 #include "specdec_test.hpp"
 
 using specdec::token_t;
