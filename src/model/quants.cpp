@@ -370,20 +370,26 @@ int nearest_int(float v) {
 /// ggml treats a group whose largest magnitude is below this as all zero.
 constexpr float kGroupMaxEps = 1e-15f;
 
+/// The value of largest magnitude among x[0..n) (the first one on ties) and that magnitude.
+struct LargestMagnitude {
+  float value, magnitude;
+};
+LargestMagnitude largest_magnitude(int n, const float* x) {
+  LargestMagnitude m{0.0f, 0.0f};
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > m.magnitude) m = {x[i], ax};
+  }
+  return m;
+}
+
 /// Symmetric fit of n values to integers in [-nmax, nmax - 1] (ggml's make_qx_quants with
 /// rmse_type 1 and no importance weights): start from the scale that maps the value of largest
 /// magnitude to -nmax, then try 18 nearby scales -(nmax + 0.1 * is) / max and keep the one that
 /// maximises (sum w x l)^2 / sum w l^2 with w = x^2 (least squares weighted towards large
 /// values). L receives l + nmax; returns the best least-squares scale.
 float make_qx_quants(int n, int nmax, const float* x, std::int8_t* L) {
-  float max = 0.0f, amax = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  const auto [max, amax] = largest_magnitude(n, x);
   if (amax < kGroupMaxEps) {
     std::fill(L, L + n, std::int8_t{0});
     return 0.0f;
@@ -426,14 +432,7 @@ float make_qx_quants(int n, int nmax, const float* x, std::int8_t* L) {
 /// value that the least-squares scale of the others suggests when that improves
 /// (sum w x l)^2 / sum w l^2 (w = x^2). L receives l + nmax; returns the least-squares scale.
 float make_q3_quants(int n, int nmax, const float* x, std::int8_t* L) {
-  float max = 0.0f, amax = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  const auto [max, amax] = largest_magnitude(n, x);
   if (amax < kGroupMaxEps) {
     std::fill(L, L + n, std::int8_t{0});
     return 0.0f;
