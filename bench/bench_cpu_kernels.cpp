@@ -2,7 +2,7 @@
 // that fits in L2 (so the numbers show the compute side of each kernel, not the memory system),
 // BM_matmul_stream on one of about 768 MB, more than the last-level cache (the memory side: what
 // one core streams, and whether the work for n tokens hides behind it), BM_read_stream the plain
-// read of as many bytes (its roofline):
+// read of as many bytes (its roofline), BM_vpdpbusd_peak the AVX512-VNNI multiply-add peak:
 //   specdec_bench_cpu_kernels --benchmark_filter='BM_matmul/11/'
 // Arguments: dtype (its index in the DType enum: 0 f32, 1 f16, 2 bf16, 3 q4_0, 4 q4_1, 5 q5_0,
 // 6 q5_1, 7 q8_0, 8 q2_k, 9 q3_k, 10 q4_k, 11 q5_k, 12 q6_k, 13 iq4_nl, 14 iq4_xs), tokens n,
@@ -100,8 +100,52 @@ void BM_read_stream(benchmark::State& state) {
       for (int j = 0; j < 8; ++j) s[j] += buffer[i + j];
     benchmark::DoNotOptimize(s);
   }
-  state.counters["bytes/s"] =
-      benchmark::Counter(static_cast<double>(buffer.size() * 8), benchmark::Counter::kIsRate);
+  state.counters["bytes/s"] = benchmark::Counter(static_cast<double>(buffer.size() * 8),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+/// The multiply-add peak of one core's AVX512-VNNI: vpdpbusd on registers only, 12 independent
+/// accumulators (more than its latency x throughput), 64 8-bit multiply-adds per instruction.
+/// Written as assembly, so that no compiler flag is needed; skipped without AVX512-VNNI. The
+/// integer kernels' token loop divided by this is their arithmetic efficiency.
+void BM_vpdpbusd_peak(benchmark::State& state) {
+  if (!cpu::cpu_features().avx512_vnni) {
+    state.SkipWithError("no AVX512-VNNI here");
+    return;
+  }
+  constexpr long iterations = 1 << 20;  // of 12 instructions each
+#if defined(__x86_64__)
+  for (auto _ : state) {
+    long n = iterations;
+    __asm__ volatile(
+        "vpxord %%zmm12, %%zmm12, %%zmm12\n"
+        "vpxord %%zmm13, %%zmm13, %%zmm13\n"
+        "1:\n"
+        "vpdpbusd %%zmm12, %%zmm13, %%zmm0\n"
+        "vpdpbusd %%zmm12, %%zmm13, %%zmm1\n"
+        "vpdpbusd %%zmm12, %%zmm13, %%zmm2\n"
+        "vpdpbusd %%zmm12, %%zmm13, %%zmm3\n"
+        "vpdpbusd %%zmm12, %%zmm13, %%zmm4\n"
+        "vpdpbusd %%zmm12, %%zmm13, %%zmm5\n"
+        "vpdpbusd %%zmm12, %%zmm13, %%zmm6\n"
+        "vpdpbusd %%zmm12, %%zmm13, %%zmm7\n"
+        "vpdpbusd %%zmm12, %%zmm13, %%zmm8\n"
+        "vpdpbusd %%zmm12, %%zmm13, %%zmm9\n"
+        "vpdpbusd %%zmm12, %%zmm13, %%zmm10\n"
+        "vpdpbusd %%zmm12, %%zmm13, %%zmm11\n"
+        "dec %0\n"
+        "jnz 1b\n"
+        "vzeroupper\n"
+        : "+r"(n)
+        :
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+          "xmm11", "xmm12", "xmm13", "cc");
+  }
+#endif
+  state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(iterations) * 12 * 64,
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["vpdpbusd/s"] = benchmark::Counter(static_cast<double>(iterations) * 12,
+                                                    benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_pack(benchmark::State& state) {
@@ -135,6 +179,7 @@ BENCHMARK(BM_matmul_stream)
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_read_stream)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_vpdpbusd_peak)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_pack)->ArgsProduct({{0, 2, 7, 10}, {1, 16}})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

@@ -89,16 +89,8 @@ std::vector<ChatMessage> first_messages(const ChatFlags& flags, std::string user
 
 namespace {
 
-struct ChatOptions {
-  std::string target;
-  std::optional<std::string> draft;
-  std::optional<std::size_t> ngram;
-  bool baseline = false;
+struct ChatOptions : DecodeFlags {
   std::int64_t n_predict = -1;
-  std::size_t k = 4;
-  bool k_given = false;
-  std::size_t draft_min = 0;
-  bool adaptive = false;
   float temperature = 0.8f;
   SamplingFlags sampling;
   bool ignore_eos = false;
@@ -298,33 +290,14 @@ void add_chat(CLI::App& app) {
   auto o = std::make_shared<ChatOptions>();
   CLI::App* cmd = app.add_subcommand(
       "chat", "chat with a model in its chat template: streamed answers, speculative decoding");
-  cmd->add_option("-m,--model,--target", o->target,
-                  "the chat model (target): a .gguf file or a Hugging Face folder")
-      ->required()
-      ->check(CLI::ExistingPath);
-  auto* draft = cmd->add_option("--model-draft,--draft,--spec-draft-model", o->draft,
-                                "draft model, same tokenizer as the target (-md)")
-                    ->check(CLI::ExistingPath);
-  auto* ngram = cmd->add_option("--ngram", o->ngram,
-                                "draft with prompt lookup: the longest recent n-gram match, n <= N")
-                    ->check(CLI::Range(std::size_t{1}, std::size_t{64}));
-  draft->excludes(ngram);
-  cmd->add_flag("--baseline", o->baseline,
-                "target-only decoding (the default when no -md or --ngram is given)");
+  add_decode_flags(*cmd, *o,
+                   {"the chat model (target): a .gguf file or a Hugging Face folder",
+                    "target-only decoding (the default when no -md or --ngram is given)"});
   add_chat_flags(*cmd, o->chat);
   cmd->add_option("-n,--n-predict,--predict,--max-tokens", o->n_predict,
                   "tokens per answer at most; -1: until the end of the turn or a full context")
       ->check(kTokenBudget)
       ->capture_default_str();
-  cmd->add_option("-k,--draft-max,--draft-n,--spec-draft-n-max", o->k,
-                  "tokens drafted per round (with --adaptive: the most per round)")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
-      ->capture_default_str();
-  cmd->add_option("--draft-min,--draft-n-min,--spec-draft-n-min", o->draft_min,
-                  "rounds whose proposal has fewer tokens verify none (a plain target step)")
-      ->check(kCount)
-      ->capture_default_str();
-  cmd->add_flag("--adaptive", o->adaptive, "choose k each round from the running acceptance");
   cmd->add_option("--temp", o->temperature, "temperature (0: greedy)")
       ->check(kTemperature)
       ->capture_default_str();
@@ -339,8 +312,7 @@ void add_chat(CLI::App& app) {
   cmd->add_option("--color", o->colour, "colour the streamed text: on, off or auto (-co)")
       ->expected(0, 1)
       ->check(CLI::IsMember({"on", "off", "auto", ""}));
-  cmd->callback([o, cmd] {
-    o->k_given = cmd->count("-k") > 0;
+  cmd->callback([o] {
     if (o->colour.empty()) o->colour = "on";
     run_chat(*o);
   });

@@ -244,9 +244,8 @@ struct DecodeSetup {
 /// The setup of generate, chat and serve from the flags they share (-md, --ngram, --baseline,
 /// -k/--draft-max, --adaptive, --draft-min); `command` names the command in errors. Without a
 /// drafter the run is target-only when `drafterless_is_baseline` (chat), else a usage error.
-template <class Flags>
-DecodeSetup decode_setup_of(const Flags& o, std::string_view command,
-                            bool drafterless_is_baseline = false) {
+inline DecodeSetup decode_setup_of(const DecodeFlags& o, std::string_view command,
+                                   bool drafterless_is_baseline = false) {
   DecodeSetup setup;
   setup.k = o.k;
   setup.adaptive = o.adaptive;

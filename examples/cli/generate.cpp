@@ -30,24 +30,16 @@ namespace specdec::cli {
 
 namespace {
 
-struct GenerateOptions {
-  std::string target;
-  std::optional<std::string> draft;
-  std::optional<std::size_t> ngram;
+struct GenerateOptions : DecodeFlags {
   std::optional<std::string> prompt;
   std::optional<std::string> prompt_file;
   bool escape = false;
   std::int64_t n_predict = 128;
-  std::size_t k = 4;
-  bool k_given = false;
-  std::size_t draft_min = 0;
-  bool adaptive = false;
   float temperature = 0.8f;
   SamplingFlags sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
   ModelFlags models;
-  bool baseline = false;
   bool json = false;
   std::optional<std::string> json_file;
   std::optional<std::string> trace;
@@ -289,21 +281,6 @@ void run_generate(const GenerateOptions& o) {
   });
 }
 
-/// --draft MODEL: an existing path. A number where no such file exists is most likely llama.cpp's
-/// --draft N (tokens per round), which specdec calls --draft-max.
-const CLI::Validator kDraftPath(
-    [](std::string& s) -> std::string {
-      std::error_code ec;
-      if (std::filesystem::exists(s, ec)) return {};
-      if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos)
-        return "no such file: " + s +
-               " (llama.cpp's --draft N counts drafted tokens; specdec's --draft names the draft "
-               "model: use --draft-max " +
-               s + ")";
-      return "no such file or folder: " + s;
-    },
-    "MODEL", "draft model");
-
 /// -f FILE, or - for stdin.
 const CLI::Validator kPromptFile(
     [](std::string& s) -> std::string {
@@ -320,19 +297,10 @@ void add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd =
       app.add_subcommand("generate", "generate a continuation of a prompt, streamed to stdout");
-  cmd->add_option("-m,--model,--target", o->target,
-                  "target model (the output has its distribution): a .gguf file or a Hugging "
-                  "Face folder")
-      ->required()
-      ->check(CLI::ExistingPath);
-  auto* draft = cmd->add_option("--model-draft,--draft,--spec-draft-model", o->draft,
-                                "draft model, same tokenizer as the target (-md)")
-                    ->check(kDraftPath);
-  auto* ngram = cmd->add_option("--ngram", o->ngram,
-                                "draft with prompt lookup: the longest recent n-gram match, n <= N")
-                    ->check(CLI::Range(std::size_t{1}, std::size_t{64}));
-  draft->excludes(ngram);
-  cmd->add_flag("--baseline", o->baseline, "target-only decoding (no draft), for comparison");
+  add_decode_flags(*cmd, *o,
+                   {"target model (the output has its distribution): a .gguf file or a Hugging "
+                    "Face folder",
+                    "target-only decoding (no draft), for comparison"});
 
   auto* prompt = cmd->add_option("-p,--prompt", o->prompt,
                                  "the prompt text (BOS is added as the model expects)");
@@ -350,17 +318,6 @@ void add_generate(CLI::App& app) {
                   "tokens to generate at most; -1: until EOS or the context is full")
       ->check(kTokenBudget)
       ->capture_default_str();
-  cmd->add_option("-k,--draft-max,--draft-n,--spec-draft-n-max", o->k,
-                  "tokens drafted per round (with --adaptive: the most per round)")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
-      ->capture_default_str();
-  cmd->add_option("--draft-min,--draft-n-min,--spec-draft-n-min", o->draft_min,
-                  "rounds whose proposal has fewer tokens verify none (a plain target step); "
-                  "with --adaptive also the least k")
-      ->check(kCount)
-      ->capture_default_str();
-  cmd->add_flag("--adaptive", o->adaptive,
-                "choose k each round from the running acceptance (1..8, or up to -k)");
 
   cmd->add_option("--temp", o->temperature, "temperature (0: greedy)")
       ->check(kTemperature)
@@ -389,8 +346,7 @@ void add_generate(CLI::App& app) {
                   "--color alone: on (-co)")
       ->expected(0, 1)
       ->check(CLI::IsMember({"on", "off", "auto", ""}));
-  cmd->callback([o, cmd] {
-    o->k_given = cmd->count("-k") > 0;
+  cmd->callback([o] {
     if (o->colour.empty()) o->colour = "on";  // --color without a value
     run_generate(*o);
   });

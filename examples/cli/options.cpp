@@ -1,6 +1,8 @@
 #include "options.hpp"
 
+#include <filesystem>
 #include <random>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -48,6 +50,51 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   add_seed_flag(cmd, f.seed);
+}
+
+namespace {
+
+/// -md MODEL: an existing path. A number where no such file exists is most likely llama.cpp's
+/// --draft N (tokens per round), which specdec calls --draft-max.
+const CLI::Validator kDraftPath(
+    [](std::string& s) -> std::string {
+      std::error_code ec;
+      if (std::filesystem::exists(s, ec)) return {};
+      if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos)
+        return "no such file: " + s +
+               " (llama.cpp's --draft N counts drafted tokens; specdec's --draft names the draft "
+               "model: use --draft-max " +
+               s + ")";
+      return "no such file or folder: " + s;
+    },
+    "MODEL", "draft model");
+
+}  // namespace
+
+void add_decode_flags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagsHelp& help) {
+  cmd.add_option("-m,--model,--target", f.target, help.target)
+      ->required()
+      ->check(CLI::ExistingPath);
+  auto* draft = cmd.add_option("--model-draft,--draft,--spec-draft-model", f.draft,
+                               "draft model, same tokenizer as the target (-md)")
+                    ->check(kDraftPath);
+  auto* ngram = cmd.add_option("--ngram", f.ngram,
+                               "draft with prompt lookup: the longest recent n-gram match, n <= N")
+                    ->check(CLI::Range(std::size_t{1}, std::size_t{64}));
+  draft->excludes(ngram);
+  cmd.add_flag("--baseline", f.baseline, help.baseline);
+  cmd.add_option("-k,--draft-max,--draft-n,--spec-draft-n-max", f.k,
+                 "tokens drafted per round (with --adaptive: the most per round)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
+      ->capture_default_str()
+      ->each([&f](const std::string&) { f.k_given = true; });
+  cmd.add_option("--draft-min,--draft-n-min,--spec-draft-n-min", f.draft_min,
+                 "rounds whose proposal has fewer tokens verify none (a plain target step); "
+                 "with --adaptive also the least k")
+      ->check(kCount)
+      ->capture_default_str();
+  cmd.add_flag("--adaptive", f.adaptive,
+               "choose k each round from the running acceptance (1..8, or up to -k)");
 }
 
 namespace {

@@ -93,6 +93,32 @@ struct SamplingFlags {
 void add_seed_flag(CLI::App& cmd, SeedFlag& seed);
 void add_sampling_flags(CLI::App& cmd, SamplingFlags& f);
 
+// ------------------------------------------------------------------------ decoding
+
+/// How generate, chat and serve decode: the target, the drafter (-md DRAFT, --ngram N or
+/// --baseline) and the draft length (-k, --draft-min, --adaptive). The commands' option structs
+/// derive from it; common.hpp's decode_setup_of() turns it into a DecodeSetup.
+struct DecodeFlags {
+  std::string target;
+  std::optional<std::string> draft;
+  std::optional<std::size_t> ngram;
+  bool baseline = false;
+  std::size_t k = 4;
+  bool k_given = false;  ///< -k was given: with --adaptive it is the largest k
+  std::size_t draft_min = 0;
+  bool adaptive = false;
+};
+
+/// The help texts that differ between the commands.
+struct DecodeFlagsHelp {
+  const char* target;    ///< -m
+  const char* baseline;  ///< --baseline
+};
+
+/// Adds -m (required), -md, --ngram (exclusive with -md), --baseline, -k, --draft-min and
+/// --adaptive.
+void add_decode_flags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagsHelp& help);
+
 // ------------------------------------------------------------------------ models
 
 /// The KV cache of a model when -c is not given: the model's context, but at most this many

@@ -50,21 +50,13 @@ using nlohmann::json;
 using serve::ApiError;
 using serve::Endpoint;
 
-struct ServeOptions {
-  std::string target;
-  std::optional<std::string> draft;
-  std::optional<std::size_t> ngram;
-  bool baseline = false;
+struct ServeOptions : DecodeFlags {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::size_t parallel = 4;
   std::size_t queue = 16;
   std::optional<std::string> alias;
   std::optional<std::string> chat_template;
-  std::size_t k = 4;
-  bool k_given = false;
-  std::size_t draft_min = 0;
-  bool adaptive = false;
   ModelFlags models;
   std::size_t http_threads = 0;
   bool verbose = false;
@@ -504,33 +496,16 @@ void run_serve(const ServeOptions& o) {
   fmt::print(stderr, "specdec serve: stopped\n");
 }
 
-/// --draft MODEL: an existing path.
-const CLI::Validator kExistingModel(
-    [](std::string& s) -> std::string {
-      std::error_code ec;
-      return std::filesystem::exists(s, ec) ? std::string() : "no such file or folder: " + s;
-    },
-    "MODEL", "model");
-
 }  // namespace
 
 void add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand(
       "serve", "an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)");
-  cmd->add_option("-m,--model,--target", o->target,
-                  "target model (the output has its distribution): a .gguf file or a Hugging "
-                  "Face folder")
-      ->required()
-      ->check(CLI::ExistingPath);
-  auto* draft = cmd->add_option("--model-draft,--draft,--spec-draft-model", o->draft,
-                                "draft model, same tokenizer as the target (-md)")
-                    ->check(kExistingModel);
-  auto* ngram = cmd->add_option("--ngram", o->ngram,
-                                "draft with prompt lookup: the longest recent n-gram match, n <= N")
-                    ->check(CLI::Range(std::size_t{1}, std::size_t{64}));
-  draft->excludes(ngram);
-  cmd->add_flag("--baseline", o->baseline, "target-only decoding (no draft)");
+  add_decode_flags(*cmd, *o,
+                   {"target model (the output has its distribution): a .gguf file or a Hugging "
+                    "Face folder",
+                    "target-only decoding (no draft)"});
   cmd->add_option("--host", o->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "port to listen on (0: any free port, printed on stderr)")
       ->check(CLI::Range(0, 65535))
@@ -548,16 +523,6 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--chat-template", o->chat_template,
                   "chat template family for /v1/chat/completions (default: the model's own): "
                   "chatml, llama3, llama3.1, llama2, mistral, gemma, phi3, zephyr");
-  cmd->add_option("-k,--draft-max,--draft-n,--spec-draft-n-max", o->k,
-                  "tokens drafted per round (with --adaptive: the most per round)")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
-      ->capture_default_str();
-  cmd->add_option("--draft-min,--draft-n-min,--spec-draft-n-min", o->draft_min,
-                  "rounds whose proposal has fewer tokens verify none")
-      ->check(kCount)
-      ->capture_default_str();
-  cmd->add_flag("--adaptive", o->adaptive,
-                "choose k each round from the running acceptance (1..8, or up to -k)");
   add_model_flags(*cmd, o->models, true);
   cmd->add_option("--threads-http", o->http_threads,
                   "HTTP threads (default: --parallel + --queue + 8)")
@@ -566,10 +531,7 @@ void add_serve(CLI::App& app) {
   cmd->add_flag("--no-batching", o->no_batching,
                 "run the slots' rounds one after the other instead of batched (to measure what "
                 "batching gains; the tokens are the same)");
-  cmd->callback([o, cmd] {
-    o->k_given = cmd->count("-k") > 0;
-    run_serve(*o);
-  });
+  cmd->callback([o] { run_serve(*o); });
 }
 
 }  // namespace specdec::cli
