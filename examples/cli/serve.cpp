@@ -355,7 +355,7 @@ void add_routes(httplib::Server& http, Server& s) {
                                          res.status == 404 ? "not_found" : "invalid_request")));
   });
   http.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+      [](const httplib::Request&, httplib::Response& res, const std::exception_ptr& error) {
         std::string what = "unknown error";
         try {
           std::rethrow_exception(error);

@@ -197,11 +197,11 @@ struct Transformer::State {
   }
 };
 
-Transformer::Transformer(const LoadedModel& model, Options options)
+Transformer::Transformer(const LoadedModel& model, const Options& options)
     : Transformer(model.config, model.weights, options) {}
 
 Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights,
-                         Options options)
+                         const Options& options)
     : config_(config),
       weights_(std::move(weights)),
       options_(options),
@@ -508,7 +508,10 @@ void Transformer::step(std::span<const Segment> segments) {
   };
   // y[t][r] = W x for a range of rows, then an epilogue on that range.
   auto project = [&](const MatrixRef& w, float* y, std::size_t ldy, auto&& epilogue) {
-    const auto [per_task, tasks] = row_tasks(w.rows);
+    // Named pairs, not a structured binding: the task lambda captures per_task (clang before 16
+    // cannot capture structured bindings, which stops clang-tidy on this file).
+    const std::pair<std::size_t, std::size_t> split = row_tasks(w.rows);
+    const std::size_t per_task = split.first, tasks = split.second;
     const PackedInput& in = s.packed(w);
     run(tasks, [&](std::size_t task, std::size_t) {
       const std::size_t r0 = task * per_task, r1 = std::min(w.rows, r0 + per_task);
@@ -589,7 +592,8 @@ void Transformer::step(std::span<const Segment> segments) {
                c.rms_norm_eps);
     s.pack(s.xn.data(), n, dim, {&L.gate, &L.up});
     {
-      const auto [per_task, tasks] = row_tasks(ffn);
+      const std::pair<std::size_t, std::size_t> split = row_tasks(ffn);
+      const std::size_t per_task = split.first, tasks = split.second;
       const PackedInput& in_gate = s.packed(L.gate);
       const PackedInput& in_up = s.packed(L.up);
       run(tasks, [&](std::size_t task, std::size_t) {

@@ -9,9 +9,9 @@ namespace specdec::cli::serve {
 
 using nlohmann::json;
 
-ApiError::ApiError(int status_, std::string message, std::string param_, std::string code_,
+ApiError::ApiError(int status_, const std::string& message, std::string param_, std::string code_,
                    std::string type_)
-    : std::runtime_error(std::move(message)),
+    : std::runtime_error(message),
       status(status_),
       param(std::move(param_)),
       code(std::move(code_)),

@@ -27,7 +27,7 @@ namespace specdec::cli::serve {
 
 /// An error response: status, and the fields of OpenAI's error object.
 struct ApiError : std::runtime_error {
-  ApiError(int status, std::string message, std::string param = {},
+  ApiError(int status, const std::string& message, std::string param = {},
            std::string code = "invalid_value", std::string type = "invalid_request_error");
   int status;
   std::string param, code, type;

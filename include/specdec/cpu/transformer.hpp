@@ -103,8 +103,8 @@ class Transformer {
   /// (before allocating) when estimate_memory() exceeds available_memory(): the message names
   /// the bytes needed and available and Options::context_length.
   Transformer(const ModelConfig& config, std::shared_ptr<const WeightStore> weights,
-              Options options = {});
-  explicit Transformer(const LoadedModel& model, Options options = {});
+              const Options& options = {});
+  explicit Transformer(const LoadedModel& model, const Options& options = {});
   ~Transformer();
   Transformer(Transformer&&) noexcept;
   Transformer& operator=(Transformer&&) noexcept;

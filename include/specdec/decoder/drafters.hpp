@@ -24,6 +24,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "specdec/common.hpp"
@@ -327,7 +328,7 @@ class AdaptiveDraftLength {
   };
 
   AdaptiveDraftLength() : AdaptiveDraftLength(Options{}) {}
-  explicit AdaptiveDraftLength(Options options) : options_(options) {
+  explicit AdaptiveDraftLength(Options options) : options_(std::move(options)) {
     if (options_.min_k == 0 || options_.max_k < options_.min_k)
       throw Error("AdaptiveDraftLength: need 1 <= min_k <= max_k");
     if (!(options_.decay >= 0 && options_.decay < 1))

@@ -115,7 +115,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
                      const char* name = "SpeculativeDecoder")
       : drafter_(draft),
         target_(&target),
-        options_(options),
+        options_(std::move(options)),
         tokenizer_(tokenizer),
         name_(name),
         sampler_max_k_(wanted_max_k()),
