@@ -402,6 +402,23 @@ TEST_CASE("every ISA of the weight pass gives the same bits", "[process][large]"
       }
     }
   }
+  // The scan: the first maximum (ties across lanes, vectors and groups; a constant row) and the
+  // first non-finite entry, whatever the ISA.
+  auto ties = rows[0];
+  const float top = *std::max_element(ties.begin(), ties.end()) + 1.0f;
+  for (const std::size_t at : {131000u, 5003u, 5000u, 151935u}) ties[at] = top;
+  const std::vector<float> flat(kQwenVocab, -2.5f);
+  auto inf = rows[0];
+  inf[150001] = -std::numeric_limits<float>::infinity();
+  inf[150007] = std::numeric_limits<float>::infinity();
+  for (const PassIsa isa : isas) {
+    sd::set_pass_isa(isa);
+    CHECK(sd::scan_logits(ties.data(), kQwenVocab).argmax == 5000);
+    CHECK(sd::scan_logits(ties.data(), 5002).argmax == 5000);
+    CHECK(sd::scan_logits(flat.data(), kQwenVocab).argmax == 0);
+    CHECK(sd::scan_logits(inf.data(), kQwenVocab).bad == 150001);
+    CHECK(sd::scan_logits(rows[0].data(), 63).bad == 63);  // shorter than a group
+  }
   // A NaN anywhere is refused, naming its index, whatever the ISA.
   auto bad = rows[0];
   bad[70001] = std::numeric_limits<float>::quiet_NaN();

@@ -338,23 +338,36 @@ inline PassIsa pass_isa() {
   return widest;
 }
 
-/// The vector part of the weight pass on the ISA of pass_isa(): entries [0, body) (the return
-/// value), see weight_pass.inc; the caller does the rest with the scalar weight().
+/// The row passes (weight_pass.inc) on the ISA of pass_isa(); `scalar` does no entry. Each
+/// returns how many leading entries it did; the caller does the rest entry by entry.
+#if SPECDEC_SAMPLING_WIDE
+#define SPECDEC_SAMPLING_DISPATCH(call) \
+  switch (pass_isa()) {                 \
+    case PassIsa::scalar:               \
+      return 0;                         \
+    case PassIsa::avx512:               \
+      return avx512::call;              \
+    case PassIsa::avx2:                 \
+      return avx2::call;                \
+    default:                            \
+      return baseline::call;            \
+  }
+#else
+#define SPECDEC_SAMPLING_DISPATCH(call)        \
+  if (pass_isa() == PassIsa::scalar) return 0; \
+  return baseline::call;
+#endif
+inline std::size_t max_and_bad(const float* row, std::size_t n, float& best, bool& bad) {
+  SPECDEC_SAMPLING_DISPATCH(max_and_bad(row, n, best, bad))
+}
+inline std::size_t first_vector_with(const float* row, std::size_t n, float value) {
+  SPECDEC_SAMPLING_DISPATCH(first_vector_with(row, n, value))
+}
 inline std::size_t weight_pass(const WeightRule& rule, const float* logits, std::size_t n,
                                float* weights_out, double* lane) {
-  switch (pass_isa()) {
-    case PassIsa::scalar:
-      return 0;
-#if SPECDEC_SAMPLING_WIDE
-    case PassIsa::avx512:
-      return avx512::weight_pass(rule, logits, n, weights_out, lane);
-    case PassIsa::avx2:
-      return avx2::weight_pass(rule, logits, n, weights_out, lane);
-#endif
-    default:
-      return baseline::weight_pass(rule, logits, n, weights_out, lane);
-  }
+  SPECDEC_SAMPLING_DISPATCH(weight_pass(rule, logits, n, weights_out, lane))
 }
+#undef SPECDEC_SAMPLING_DISPATCH
 #endif  // SPECDEC_SAMPLING_SIMD
 
 /// First non-finite entry (`bad`, == n when none) and first maximum (`argmax`) of a row of
@@ -365,34 +378,13 @@ struct LogitScan {
 };
 
 inline LogitScan scan_logits(const float* row, std::size_t n) {
-  // Pass 1: the maximum value and whether every entry is finite (x - x is 0 for finite x, NaN
-  // otherwise, and a NaN survives the sums); 4 independent vector chains. Pass 2: the first
-  // index holding the maximum (stops there).
+  // Pass 1: the maximum value and whether every entry is finite. Pass 2: the first index
+  // holding the maximum (stops there). Both vectorised (max_and_bad, first_vector_with).
   float best = row[0];
   bool bad = false;
   std::size_t i = 0;
 #if SPECDEC_SAMPLING_SIMD
-  if (n >= 16) {
-    const std::size_t body = n - n % 16;
-    f32x4 m[4];
-    f32x4 z[4];
-    for (int c = 0; c < 4; ++c) {
-      m[c] = load4(row + 4 * c);
-      z[c] = m[c] - m[c];
-    }
-    for (i = 16; i < body; i += 16) {
-      for (int c = 0; c < 4; ++c) {
-        const f32x4 v = load4(row + i + 4 * static_cast<std::size_t>(c));
-        z[c] += v - v;
-        m[c] = select(v > m[c], v, m[c]);
-      }
-    }
-    const f32x4 zero = {};
-    bad = any_lane((z[0] + z[1] + z[2] + z[3]) != zero);
-    for (int c = 0; c < 4; ++c) {
-      for (int l = 0; l < 4; ++l) best = m[c][l] > best ? m[c][l] : best;
-    }
-  }
+  i = max_and_bad(row, n, best, bad);
 #endif
   for (; i < n; ++i) {
     bad |= row[i] - row[i] != 0.0f;
@@ -405,8 +397,7 @@ inline LogitScan scan_logits(const float* row, std::size_t n) {
   }
   std::size_t first = 0;
 #if SPECDEC_SAMPLING_SIMD
-  const std::size_t body4 = n - n % 4;
-  while (first < body4 && !any_lane(load4(row + first) == best)) first += 4;
+  first = first_vector_with(row, n, best);
 #endif
   while (first + 1 < n && !(row[first] == best)) ++first;
   return {first, n};
