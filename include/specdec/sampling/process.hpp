@@ -236,16 +236,19 @@ namespace avx2 {
 inline constexpr std::size_t kWidth = 8;
 typedef float F __attribute__((vector_size(32)));
 typedef std::int32_t I __attribute__((vector_size(32)));
-typedef double D4 __attribute__((vector_size(32)));
 inline bool all_lanes(I m) { return _mm256_movemask_ps(reinterpret_cast<__m256>(m)) == 0xff; }
 struct Lanes {
-  D4 acc = {0, 0, 0, 0};  // lanes 0 .. 3
-  void add(F w) {
-    acc += __builtin_convertvector(__builtin_shufflevector(w, w, 0, 1, 2, 3), D4);
-    acc += __builtin_convertvector(__builtin_shufflevector(w, w, 4, 5, 6, 7), D4);
+  __m256d acc;                           // lanes 0 .. 3
+  Lanes() : acc(_mm256_setzero_pd()) {}  // declared here, so under the target pragma
+  void add(F w) {  // (intrinsics: GCC converts the halves of w poorly from generic vectors)
+    const __m256 v = reinterpret_cast<__m256>(w);
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
   }
   void get(double* lane) const {
-    for (std::size_t l = 0; l < kTotalLanes; ++l) lane[l] += acc[l];
+    double out[kTotalLanes];
+    _mm256_storeu_pd(out, acc);
+    for (std::size_t l = 0; l < kTotalLanes; ++l) lane[l] += out[l];
   }
 };
 #include "specdec/sampling/weight_pass.inc"
@@ -264,15 +267,21 @@ namespace avx512 {
 inline constexpr std::size_t kWidth = 16;
 typedef float F __attribute__((vector_size(64)));
 typedef std::int32_t I __attribute__((vector_size(64)));
-typedef double D4 __attribute__((vector_size(32)));
 inline bool all_lanes(I m) { return _mm512_movepi32_mask(reinterpret_cast<__m512i>(m)) == 0xffff; }
 struct Lanes {
-  D4 acc = {0, 0, 0, 0};  // lanes 0 .. 3
-  void add(F w) {
-    acc += __builtin_convertvector(__builtin_shufflevector(w, w, 0, 1, 2, 3), D4);
-    acc += __builtin_convertvector(__builtin_shufflevector(w, w, 4, 5, 6, 7), D4);
-    acc += __builtin_convertvector(__builtin_shufflevector(w, w, 8, 9, 10, 11), D4);
-    acc += __builtin_convertvector(__builtin_shufflevector(w, w, 12, 13, 14, 15), D4);
+  typedef double D4 __attribute__((vector_size(32)));
+  typedef double D8 __attribute__((vector_size(64)));
+  D4 acc;                           // lanes 0 .. 3
+  Lanes() : acc(D4{0, 0, 0, 0}) {}  // declared here, so under the target pragma
+  void add(F w) {                   // two 8-wide conversions, then the halves in index order
+    const D8 lo =
+        __builtin_convertvector(__builtin_shufflevector(w, w, 0, 1, 2, 3, 4, 5, 6, 7), D8);
+    const D8 hi =
+        __builtin_convertvector(__builtin_shufflevector(w, w, 8, 9, 10, 11, 12, 13, 14, 15), D8);
+    acc += __builtin_shufflevector(lo, lo, 0, 1, 2, 3);
+    acc += __builtin_shufflevector(lo, lo, 4, 5, 6, 7);
+    acc += __builtin_shufflevector(hi, hi, 0, 1, 2, 3);
+    acc += __builtin_shufflevector(hi, hi, 4, 5, 6, 7);
   }
   void get(double* lane) const {
     for (std::size_t l = 0; l < kTotalLanes; ++l) lane[l] += acc[l];
