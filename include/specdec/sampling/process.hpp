@@ -231,7 +231,7 @@ struct Lanes {
 #pragma GCC target("avx2")
 #pragma GCC optimize("fp-contract=off")
 #endif
-/// 32-byte vectors (AVX2; no FMA, so nothing can be contracted).
+/// 32-byte vectors (AVX2; contraction off as above, should the build enable FMA).
 namespace avx2 {
 inline constexpr std::size_t kWidth = 8;
 typedef float F __attribute__((vector_size(32)));
