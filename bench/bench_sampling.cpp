@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <span>
@@ -239,6 +240,8 @@ void BM_verify_chain(benchmark::State& state) {
 //   impl 2  p(x) alone (plan_processing + prob(x)), what an accepted drafted token costs;
 //           for greedy, the argmax alone (detail::scan_logits), what a greedy round reads.
 //   mode    0 greedy, 1 T = 0.8, 2 top-k 40, 3 top-p 0.95, 4 min-p 0.05 (the last three at T = 1).
+//   isa     the weight pass's vectors (sampling::detail::PassIsa): 2 16-byte (SSE2), 3 AVX2,
+//           4 AVX-512 (skipped where the CPU lacks it); the decisions are the same on each.
 // Bytes processed = the logits read once (V * 4): the memory roofline of any exact processing.
 //
 // BM_round: the sampling of one speculative round with k = 4 on a HostSampler: 4 draft rows
@@ -246,6 +249,8 @@ void BM_verify_chain(benchmark::State& state) {
 // target's plus N(0, 1) noise, so rounds end in rejections and bonuses alike.
 //   impl 0  as it was: every row processed in full (sort-based), then verify_chain;
 //   impl 1  HostSampler (lazy: argmaxes when greedy; p(x) alone for accepted tokens).
+//   head    0: the draft's rows cover the vocabulary; 1: a draft with a restricted output head,
+//           its logits beyond id 32768 masked (cpu::kMaskedLogit, as `--draft-head 32768`).
 
 std::vector<float> lm_logits(std::size_t vocab, std::uint64_t seed, float noise = 0.0f,
                              const std::vector<float>* base = nullptr) {
@@ -278,11 +283,25 @@ specdec::sampling::SamplingParams setting(std::int64_t mode) {
   }
 }
 
+/// Forces the weight pass onto the ISA of argument `arg`; false (and the benchmark skipped)
+/// when this CPU cannot run it.
+bool use_isa(benchmark::State& state, int arg) {
+  namespace sd = specdec::sampling::detail;
+  const auto isa = static_cast<sd::PassIsa>(state.range(arg));
+  if (!sd::pass_isa_supported(isa)) {
+    state.SkipWithError("this CPU cannot run that ISA");
+    return false;
+  }
+  sd::set_pass_isa(isa);
+  return true;
+}
+
 void BM_process(benchmark::State& state) {
   namespace sp = specdec::sampling;
   const auto vocab = static_cast<std::size_t>(state.range(0));
   const std::int64_t impl = state.range(1);
   const sp::SamplingParams params = setting(state.range(2));
+  if (!use_isa(state, 3)) return;
   const std::vector<float> logits = lm_logits(vocab, 7);
   std::vector<float> probs(vocab);
   const std::size_t x = sp::argmax<float>(logits);
@@ -309,6 +328,8 @@ void BM_round(benchmark::State& state) {
   const auto vocab = static_cast<std::size_t>(state.range(0));
   const bool lazy = state.range(1) != 0;
   const sp::SamplingParams params = setting(state.range(2));
+  if (!use_isa(state, 3)) return;
+  const std::size_t head = state.range(4) != 0 ? std::min<std::size_t>(32768, vocab / 4) : vocab;
   std::vector<float> target((k + 1) * vocab);
   std::vector<float> draft(k * vocab);
   for (std::size_t r = 0; r <= k; ++r) {
@@ -317,6 +338,9 @@ void BM_round(benchmark::State& state) {
     if (r < k) {
       const std::vector<float> noisy = lm_logits(vocab, 200 + r, 1.0f, &row);
       std::copy(noisy.begin(), noisy.end(), draft.begin() + static_cast<std::ptrdiff_t>(r * vocab));
+      std::fill(draft.begin() + static_cast<std::ptrdiff_t>(r * vocab + head),
+                draft.begin() + static_cast<std::ptrdiff_t>((r + 1) * vocab),
+                std::numeric_limits<float>::lowest());
     }
   }
   const auto row_of = [&](const std::vector<float>& rows, std::size_t r) {
@@ -366,12 +390,12 @@ void BM_round(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_process)
-    ->ArgNames({"V", "impl", "mode"})
-    ->ArgsProduct({{4096, 151936}, {0, 1, 2}, {0, 1, 2, 3, 4}})
+    ->ArgNames({"V", "impl", "mode", "isa"})
+    ->ArgsProduct({{4096, 151936}, {0, 1, 2}, {0, 1, 2, 3, 4}, {2, 3, 4}})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_round)
-    ->ArgNames({"V", "impl", "mode"})
-    ->ArgsProduct({{4096, 151936}, {0, 1}, {0, 1, 2, 3, 4}})
+    ->ArgNames({"V", "impl", "mode", "isa", "head"})
+    ->ArgsProduct({{4096, 151936}, {0, 1}, {0, 1, 2, 3, 4}, {2, 3, 4}, {0, 1}})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_read_sum)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_verify_chain)

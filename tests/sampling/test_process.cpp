@@ -1,7 +1,9 @@
 // Logit processing: against Hugging Face transformers' warpers (fixtures), against a plain
 // full-sort reference on random inputs, greedy, temperature -> 0, and invalid input.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <limits>
 #include <numeric>
@@ -330,6 +332,100 @@ TEST_CASE("a lazily computed p(x) equals the materialised row bit for bit", "[pr
       const auto row = specdec::sampling::plan_processing<float>(small, sp, std::span(small_work));
       for (std::size_t i = 0; i < vocab; ++i) REQUIRE(row.prob(i) == full[i]);
     }
+  }
+}
+
+TEST_CASE("every ISA of the weight pass gives the same bits", "[process][large]") {
+  // The weight pass (weight_pass.inc) at 4, 8 and 16 lanes and the scalar weight() entry by
+  // entry must produce the same rows, totals and lazy entries bit for bit, on LM-like rows and
+  // on rows of extreme values: a restricted draft head (kMaskedLogit, -FLT_MAX, beyond its ids;
+  // masked ids sprinkled inside, the masked region starting mid-group), huge logits whose
+  // tempered values overflow, and weights in the subnormals. NaN rows are refused before any
+  // pass, under every ISA.
+  namespace sd = specdec::sampling::detail;
+  using sd::PassIsa;
+  constexpr float kMasked = std::numeric_limits<float>::lowest();
+  std::vector<std::vector<float>> rows;
+  rows.push_back(lm_logits(91, 20));
+  auto head = lm_logits(92, 20);  // a draft with a restricted head: ids >= 32768 + 5 masked
+  for (std::size_t i = 32768 + 5; i < kQwenVocab; ++i) head[i] = kMasked;
+  for (std::size_t i = 100; i < 32768; i += 997) head[i] = kMasked;
+  rows.push_back(head);
+  auto extreme = lm_logits(93, 3);  // groups straddling the exp's underflow, huge magnitudes
+  std::mt19937_64 gen(94);
+  std::uniform_real_distribution<float> wide(-120.0f, 0.0f);
+  for (std::size_t i = 0; i < kQwenVocab; i += 3) extreme[i] = wide(gen);
+  for (std::size_t i = 1; i < kQwenVocab; i += 1031) extreme[i] = -3e38f;
+  for (std::size_t i = 2; i < kQwenVocab; i += 4093) extreme[i] = 1e-40f;  // subnormal logit
+  extreme[kQwenVocab - 1] = 2e37f;  // the maximum: s = 1e38 at T 0.2 (masked ones: -inf)
+  extreme[kQwenVocab - 7] = 2e37f - 1e31f;
+  rows.push_back(extreme);
+  std::vector<SamplingParams> settings = large_settings();
+  settings.push_back({.temperature = 0.2f});
+  settings.push_back({.temperature = 50.0f});
+
+  std::vector<PassIsa> isas;
+  for (const PassIsa isa : {PassIsa::scalar, PassIsa::baseline, PassIsa::avx2, PassIsa::avx512}) {
+    if (sd::pass_isa_supported(isa)) {
+      isas.push_back(isa);
+    } else {
+      WARN("this CPU or build cannot run weight-pass ISA " << static_cast<int>(isa));
+    }
+  }
+  struct Restore {
+    ~Restore() { sd::set_pass_isa(PassIsa::automatic); }
+  } restore;
+  std::vector<float> work(kQwenVocab);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (const SamplingParams& sp : settings) {
+      INFO("row " << r << " T " << sp.temperature << " top_k " << sp.top_k << " top_p " << sp.top_p
+                  << " min_p " << sp.min_p);
+      sd::set_pass_isa(PassIsa::scalar);
+      const auto want = process_logits<float>(rows[r], sp);
+      const double want_total =
+          specdec::sampling::plan_processing<float>(rows[r], sp, std::span(work)).total();
+      std::size_t nonzero = 0;
+      for (const float x : want) nonzero += x > 0;
+      CHECK(nonzero > 0);
+      for (const PassIsa isa : isas) {
+        INFO("ISA " << static_cast<int>(isa));
+        sd::set_pass_isa(isa);
+        const auto got = process_logits<float>(rows[r], sp);
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < kQwenVocab; ++i)
+          differ += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i]);
+        REQUIRE(differ == 0);
+        const auto row = specdec::sampling::plan_processing<float>(rows[r], sp, std::span(work));
+        REQUIRE(std::bit_cast<std::uint64_t>(row.total()) ==
+                std::bit_cast<std::uint64_t>(want_total));
+        for (std::size_t i = 0; i < kQwenVocab; i += 1009) REQUIRE(row.prob(i) == want[i]);
+      }
+    }
+  }
+  // The scan: the first maximum (ties across lanes, vectors and groups; a constant row) and the
+  // first non-finite entry, whatever the ISA.
+  auto ties = rows[0];
+  const float top = *std::max_element(ties.begin(), ties.end()) + 1.0f;
+  for (const std::size_t at : {131000u, 5003u, 5000u, 151935u}) ties[at] = top;
+  const std::vector<float> flat(kQwenVocab, -2.5f);
+  auto inf = rows[0];
+  inf[150001] = -std::numeric_limits<float>::infinity();
+  inf[150007] = std::numeric_limits<float>::infinity();
+  for (const PassIsa isa : isas) {
+    sd::set_pass_isa(isa);
+    CHECK(sd::scan_logits(ties.data(), kQwenVocab).argmax == 5000);
+    CHECK(sd::scan_logits(ties.data(), 5002).argmax == 5000);
+    CHECK(sd::scan_logits(flat.data(), kQwenVocab).argmax == 0);
+    CHECK(sd::scan_logits(inf.data(), kQwenVocab).bad == 150001);
+    CHECK(sd::scan_logits(rows[0].data(), 63).bad == 63);  // shorter than a group
+  }
+  // A NaN anywhere is refused, naming its index, whatever the ISA.
+  auto bad = rows[0];
+  bad[70001] = std::numeric_limits<float>::quiet_NaN();
+  for (const PassIsa isa : isas) {
+    sd::set_pass_isa(isa);
+    REQUIRE_THROWS_WITH(process_logits<float>(bad, {.temperature = 0.8f}),
+                        Catch::Matchers::Contains("logits[70001] is NaN"));
   }
 }
 

@@ -24,6 +24,7 @@
 // index wins ties). The filters never remove the argmax, so greedy ignores them.
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -37,6 +38,10 @@
 #include <vector>
 
 #include "specdec/common.hpp"
+
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace specdec::sampling {
 
@@ -111,9 +116,12 @@ std::size_t argmax(std::span<const T> values) {
 //              reach top_p are sorted (the exact walk of a full sort, on a prefix of its order);
 //   total      the kept weights' sum (fused with the weights when no top-p/min-p); 1 read
 //   materialise probs = weight / total (full rows only);                   1 read + 1 write.
-// Float rows use 4-wide GNU vectors and a polynomial exp (detail::exp_nonpositive) whose scalar
-// form is the vector code on a broadcast value, so a lazily computed entry equals the
-// materialised one exactly. Double rows (the exhaustive tests) use std::exp, scalar.
+// Float rows use GNU vectors and a polynomial exp (weight_pass.inc) whose scalar form is the
+// vector code on a broadcast value, so a lazily computed entry equals the materialised one
+// exactly. The weight pass runs 4, 8 or 16 lanes wide (16-byte vectors, AVX2, AVX-512, chosen at
+// run time) with the same bits on each, and skips groups of logits whose weights all underflow
+// to 0 (a restricted draft head's masked ids). Double rows (the exhaustive tests) use std::exp,
+// scalar.
 
 namespace detail {
 
@@ -153,32 +161,223 @@ inline f32x4 select(i32x4 m, f32x4 a, f32x4 b) {
                                  (reinterpret_cast<i32x4>(b) & ~m));
 }
 
-/// exp(x) for x <= 0 (the softmax weights exp(s - s_max)), 4 lanes. Cody-Waite reduction
-/// x = n ln2 + r, |r| <= ln2 / 2, the Cephes degree-6 polynomial for e^r (about 1 ulp), then
-/// 2^n applied as two exact power-of-two factors so that the result underflows into the
-/// subnormals as std::exp does; x < -104 (below the smallest subnormal) gives 0. Only +, *,
-/// conversions and selects: the same bits on every run and for every lane.
-inline f32x4 exp_nonpositive(f32x4 x) {
-  const f32x4 zero = {};
-  const i32x4 underflow = x < -104.0f;
-  x = select(underflow, zero - 104.0f, x);
-  // n = round(x / ln2) by the 1.5 * 2^23 trick (|x / ln2| < 2^22; round to nearest even).
-  const f32x4 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const f32x4 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  f32x4 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const f32x4 y = (p * (r * r) + r) + 1.0f;
-  const i32x4 ni = __builtin_convertvector(n, i32x4);  // exact: n is an integer
-  const i32x4 n1 = ni >> 1;                            // floor(n / 2) >= -75
-  const i32x4 n2 = ni - n1;                            // >= -75
-  const f32x4 scale1 = reinterpret_cast<f32x4>((n1 + 127) << 23);
-  const f32x4 scale2 = reinterpret_cast<f32x4>((n2 + 127) << 23);
-  return select(underflow, zero, (y * scale1) * scale2);
-}
+// ---------------------------------------------------------------- the weight pass, per ISA
+//
+// The one pass that costs (an exp per entry) runs on the widest vectors the CPU has: 16-byte
+// vectors always (SSE2 / NEON), and on x86-64, chosen at run time, 32-byte (AVX2) or 64-byte
+// (AVX-512) ones. weight_pass.inc holds the code once; it is compiled once per width below, the
+// wider ones under a target pragma (no -m flag needed, nothing else of the library changes).
+// Every width gives the same bits (weight_pass.inc): decisions do not depend on the machine.
+
+/// Below this, exp(x) is 0 in float (under the smallest subnormal, e^-103.3).
+inline constexpr float kExpUnderflow = -104.0f;
+
+/// What decides the weight of a token (ProcessedRow's plan, in float): w = exp(s - s_max) with
+/// s = logit / temperature, kept iff s >= s_floor (top-k), (w, index) ranks at or before
+/// (w_boundary, last_tie) (top-p) and w >= w_min (min-p); 0 otherwise.
+struct WeightRule {
+  float temperature = 1;
+  float s_max = 0;
+  float s_floor = -std::numeric_limits<float>::infinity();
+  bool nucleus_on = false;
+  float w_boundary = 0;
+  std::int32_t last_tie = 0;
+  bool min_p_on = false;
+  float w_min = 0;
+};
+
+// The compiler must not contract a * b + c into an FMA in the weight pass (GCC contracts in C++
+// whenever the target has FMA, AVX-512 included; clang within an expression): each region below
+// turns contraction off, so the pass has the same bits on every ISA and under any -march.
+#ifdef __clang__
+#pragma float_control(push)
+#pragma clang fp contract(off)
+#else
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
 #endif
+/// 16-byte vectors: the baseline of every x86-64 and AArch64 CPU; also the scalar weight().
+namespace baseline {
+inline constexpr std::size_t kWidth = 4;
+typedef f32x4 F;
+typedef i32x4 I;
+inline bool all_lanes(I m) { return (m[0] & m[1] & m[2] & m[3]) != 0; }
+struct Lanes {
+  f64x2 acc01 = {0, 0};  // lanes 0, 1
+  f64x2 acc23 = {0, 0};  // lanes 2, 3
+  void add(F w) {
+    acc01 += f64x2{static_cast<double>(w[0]), static_cast<double>(w[1])};
+    acc23 += f64x2{static_cast<double>(w[2]), static_cast<double>(w[3])};
+  }
+  void get(double* lane) const {
+    lane[0] += acc01[0];
+    lane[1] += acc01[1];
+    lane[2] += acc23[0];
+    lane[3] += acc23[1];
+  }
+};
+#include "specdec/sampling/weight_pass.inc"
+}  // namespace baseline
+#ifndef __clang__
+#pragma GCC pop_options
+#endif
+
+#if defined(__x86_64__)
+#define SPECDEC_SAMPLING_WIDE 1
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#pragma GCC optimize("fp-contract=off")
+#endif
+/// 32-byte vectors (AVX2; contraction off as above, should the build enable FMA).
+namespace avx2 {
+inline constexpr std::size_t kWidth = 8;
+typedef float F __attribute__((vector_size(32)));
+typedef std::int32_t I __attribute__((vector_size(32)));
+inline bool all_lanes(I m) { return _mm256_movemask_ps(reinterpret_cast<__m256>(m)) == 0xff; }
+struct Lanes {
+  __m256d acc;                           // lanes 0 .. 3
+  Lanes() : acc(_mm256_setzero_pd()) {}  // declared here, so under the target pragma
+  void add(F w) {  // (intrinsics: GCC converts the halves of w poorly from generic vectors)
+    const __m256 v = reinterpret_cast<__m256>(w);
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  void get(double* lane) const {
+    double out[kTotalLanes];
+    _mm256_storeu_pd(out, acc);
+    for (std::size_t l = 0; l < kTotalLanes; ++l) lane[l] += out[l];
+  }
+};
+#include "specdec/sampling/weight_pass.inc"
+}  // namespace avx2
+#ifdef __clang__
+#pragma clang attribute pop
+#pragma clang attribute push(__attribute__((target("avx512f,avx512dq"))), apply_to = function)
+#else
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq")
+#pragma GCC optimize("fp-contract=off")
+#endif
+/// 64-byte vectors (AVX-512 F + DQ; it has FMA instructions, contraction is off as above).
+namespace avx512 {
+inline constexpr std::size_t kWidth = 16;
+typedef float F __attribute__((vector_size(64)));
+typedef std::int32_t I __attribute__((vector_size(64)));
+inline bool all_lanes(I m) { return _mm512_movepi32_mask(reinterpret_cast<__m512i>(m)) == 0xffff; }
+struct Lanes {
+  typedef double D4 __attribute__((vector_size(32)));
+  typedef double D8 __attribute__((vector_size(64)));
+  D4 acc;                           // lanes 0 .. 3
+  Lanes() : acc(D4{0, 0, 0, 0}) {}  // declared here, so under the target pragma
+  void add(F w) {                   // two 8-wide conversions, then the halves in index order
+    const D8 lo =
+        __builtin_convertvector(__builtin_shufflevector(w, w, 0, 1, 2, 3, 4, 5, 6, 7), D8);
+    const D8 hi =
+        __builtin_convertvector(__builtin_shufflevector(w, w, 8, 9, 10, 11, 12, 13, 14, 15), D8);
+    acc += __builtin_shufflevector(lo, lo, 0, 1, 2, 3);
+    acc += __builtin_shufflevector(lo, lo, 4, 5, 6, 7);
+    acc += __builtin_shufflevector(hi, hi, 0, 1, 2, 3);
+    acc += __builtin_shufflevector(hi, hi, 4, 5, 6, 7);
+  }
+  void get(double* lane) const {
+    for (std::size_t l = 0; l < kTotalLanes; ++l) lane[l] += acc[l];
+  }
+};
+#include "specdec/sampling/weight_pass.inc"
+}  // namespace avx512
+#ifdef __clang__
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#else
+#define SPECDEC_SAMPLING_WIDE 0
+#endif  // __x86_64__
+#ifdef __clang__
+#pragma float_control(pop)
+#endif
+
+/// Which code runs the weight pass: `scalar` = weight() entry by entry (the reference of the
+/// tests), `baseline` = 16-byte vectors, `avx2`, `avx512`. `automatic` = the widest this CPU
+/// runs; tests and benchmarks force the others with set_pass_isa().
+enum class PassIsa : std::uint8_t { automatic, scalar, baseline, avx2, avx512 };
+
+/// Whether this build and this CPU can run `isa`.
+inline bool pass_isa_supported(PassIsa isa) {
+  switch (isa) {
+    case PassIsa::automatic:
+    case PassIsa::scalar:
+    case PassIsa::baseline:
+      return true;
+#if SPECDEC_SAMPLING_WIDE
+    case PassIsa::avx2:
+      return __builtin_cpu_supports("avx2") != 0;
+    case PassIsa::avx512:
+      return __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512dq") != 0;
+#endif
+    default:
+      return false;
+  }
+}
+
+/// The forced ISA (PassIsa::automatic: none).
+inline std::atomic<PassIsa>& forced_pass_isa() {
+  static std::atomic<PassIsa> forced{PassIsa::automatic};
+  return forced;
+}
+
+/// Forces the weight pass onto `isa` (automatic: back to the widest); for tests and benchmarks.
+/// Throws when this CPU cannot run it.
+inline void set_pass_isa(PassIsa isa) {
+  if (!pass_isa_supported(isa)) throw Error("set_pass_isa: this CPU cannot run that ISA");
+  forced_pass_isa().store(isa, std::memory_order_relaxed);
+}
+
+/// The ISA the weight pass runs on now.
+inline PassIsa pass_isa() {
+  const PassIsa forced = forced_pass_isa().load(std::memory_order_relaxed);
+  if (forced != PassIsa::automatic) return forced;
+  static const PassIsa widest = pass_isa_supported(PassIsa::avx512) ? PassIsa::avx512
+                                : pass_isa_supported(PassIsa::avx2) ? PassIsa::avx2
+                                                                    : PassIsa::baseline;
+  return widest;
+}
+
+/// The row passes (weight_pass.inc) on the ISA of pass_isa(); `scalar` does no entry. Each
+/// returns how many leading entries it did; the caller does the rest entry by entry.
+#if SPECDEC_SAMPLING_WIDE
+#define SPECDEC_SAMPLING_DISPATCH(call) \
+  switch (pass_isa()) {                 \
+    case PassIsa::scalar:               \
+      return 0;                         \
+    case PassIsa::avx512:               \
+      return avx512::call;              \
+    case PassIsa::avx2:                 \
+      return avx2::call;                \
+    default:                            \
+      return baseline::call;            \
+  }
+#else
+#define SPECDEC_SAMPLING_DISPATCH(call)        \
+  if (pass_isa() == PassIsa::scalar) return 0; \
+  return baseline::call;
+#endif
+inline std::size_t max_and_bad(const float* row, std::size_t n, float& best, bool& bad) {
+  SPECDEC_SAMPLING_DISPATCH(max_and_bad(row, n, best, bad))
+}
+inline std::size_t first_vector_with(const float* row, std::size_t n, float value) {
+  SPECDEC_SAMPLING_DISPATCH(first_vector_with(row, n, value))
+}
+inline std::size_t weight_pass(const WeightRule& rule, const float* logits, std::size_t n,
+                               float* weights_out, double* lane) {
+  SPECDEC_SAMPLING_DISPATCH(weight_pass(rule, logits, n, weights_out, lane))
+}
+#undef SPECDEC_SAMPLING_DISPATCH
+#endif  // SPECDEC_SAMPLING_SIMD
 
 /// First non-finite entry (`bad`, == n when none) and first maximum (`argmax`) of a row of
 /// logits.
@@ -188,34 +387,13 @@ struct LogitScan {
 };
 
 inline LogitScan scan_logits(const float* row, std::size_t n) {
-  // Pass 1: the maximum value and whether every entry is finite (x - x is 0 for finite x, NaN
-  // otherwise, and a NaN survives the sums); 4 independent vector chains. Pass 2: the first
-  // index holding the maximum (stops there).
+  // Pass 1: the maximum value and whether every entry is finite. Pass 2: the first index
+  // holding the maximum (stops there). Both vectorised (max_and_bad, first_vector_with).
   float best = row[0];
   bool bad = false;
   std::size_t i = 0;
 #if SPECDEC_SAMPLING_SIMD
-  if (n >= 16) {
-    const std::size_t body = n - n % 16;
-    f32x4 m[4];
-    f32x4 z[4];
-    for (int c = 0; c < 4; ++c) {
-      m[c] = load4(row + 4 * c);
-      z[c] = m[c] - m[c];
-    }
-    for (i = 16; i < body; i += 16) {
-      for (int c = 0; c < 4; ++c) {
-        const f32x4 v = load4(row + i + 4 * static_cast<std::size_t>(c));
-        z[c] += v - v;
-        m[c] = select(v > m[c], v, m[c]);
-      }
-    }
-    const f32x4 zero = {};
-    bad = any_lane((z[0] + z[1] + z[2] + z[3]) != zero);
-    for (int c = 0; c < 4; ++c) {
-      for (int l = 0; l < 4; ++l) best = m[c][l] > best ? m[c][l] : best;
-    }
-  }
+  i = max_and_bad(row, n, best, bad);
 #endif
   for (; i < n; ++i) {
     bad |= row[i] - row[i] != 0.0f;
@@ -228,8 +406,7 @@ inline LogitScan scan_logits(const float* row, std::size_t n) {
   }
   std::size_t first = 0;
 #if SPECDEC_SAMPLING_SIMD
-  const std::size_t body4 = n - n % 4;
-  while (first < body4 && !any_lane(load4(row + first) == best)) first += 4;
+  first = first_vector_with(row, n, best);
 #endif
   while (first + 1 < n && !(row[first] == best)) ++first;
   return {first, n};
@@ -343,12 +520,12 @@ class ProcessedRow {
   [[nodiscard]] Real weight(std::size_t i) const {
 #if SPECDEC_SAMPLING_SIMD
     if constexpr (std::is_same_v<Real, float>) {
-      // The vector code on a broadcast logit: the same bits as lane i % 4 of pass().
+      // The vector code on a broadcast logit: the same bits as any lane of pass() (every ISA).
       const float l = logits_[i];
       const detail::f32x4 v = {l, l, l, l};
       const auto idx = static_cast<std::int32_t>(i);
       const detail::i32x4 index = {idx, idx, idx, idx};
-      return weights(v, index)[0];
+      return detail::baseline::weights(rule(), v, index)[0];
     }
 #endif
     const Real s = tempered_logit<Real>(logits_[i], temperature_);
@@ -360,19 +537,11 @@ class ProcessedRow {
   }
 
 #if SPECDEC_SAMPLING_SIMD
-  /// weight() for the 4 tokens `index` whose logits are v.
-  [[nodiscard]] detail::f32x4 weights(
-      detail::f32x4 v, detail::i32x4 index) const requires std::is_same_v<Real, float> {
-    const detail::f32x4 s = v / temperature_;  // tempered_logit<float>, lane by lane
-    detail::i32x4 keep = s >= s_floor_;
-    const detail::f32x4 w = detail::exp_nonpositive(s - s_max_);
-    if (nucleus_on_) {
-      keep &= (w > w_boundary_) |
-              ((w == w_boundary_) & (index <= static_cast<std::int32_t>(last_tie_)));
-    }
-    if (min_p_on_) keep &= w >= w_min_;
-    const detail::f32x4 zero = {};
-    return detail::select(keep, w, zero);
+  /// The plan so far as the vector code reads it (float rows).
+  [[nodiscard]] detail::WeightRule rule() const requires std::is_same_v<Real, float> {
+    return {temperature_, s_max_,      s_floor_,
+            nucleus_on_,  w_boundary_, static_cast<std::int32_t>(last_tie_),
+            min_p_on_,    w_min_};
   }
 #endif
 
@@ -383,22 +552,7 @@ class ProcessedRow {
     std::size_t i = 0;
 #if SPECDEC_SAMPLING_SIMD
     if constexpr (std::is_same_v<Real, float>) {
-      detail::f64x2 acc01 = {0, 0};
-      detail::f64x2 acc23 = {0, 0};
-      detail::i32x4 index = {0, 1, 2, 3};
-      const std::size_t body = vocab_ - vocab_ % 4;
-      for (; i < body; i += 4, index += 4) {
-        const detail::f32x4 w = weights(detail::load4(logits_ + i), index);
-        const detail::f64x2 lo = {static_cast<double>(w[0]), static_cast<double>(w[1])};
-        const detail::f64x2 hi = {static_cast<double>(w[2]), static_cast<double>(w[3])};
-        acc01 += lo;
-        acc23 += hi;
-        if (weights_out != nullptr) detail::store4(weights_out + i, w);
-      }
-      lane[0] = acc01[0];
-      lane[1] = acc01[1];
-      lane[2] = acc23[0];
-      lane[3] = acc23[1];
+      i = detail::weight_pass(rule(), logits_, vocab_, weights_out, lane);
     }
 #endif
     for (; i < vocab_; ++i) {
