@@ -501,20 +501,22 @@ void Transformer::step(std::span<const Segment> segments) {
 
   // Row ranges per task for the row-split operations: about 8 tasks per thread so that a thread
   // the OS deschedules holds up little; multiples of 32 rows (the AMX kernels' group).
+  struct RowTasks {
+    std::size_t per_task, tasks;
+  };
   auto row_tasks = [&](std::size_t rows) {
     const std::size_t per_task =
         std::max<std::size_t>(32, round_up((rows + 8 * threads - 1) / (8 * threads), 32));
-    return std::pair{per_task, (rows + per_task - 1) / per_task};
+    return RowTasks{per_task, (rows + per_task - 1) / per_task};
   };
   // y[t][r] = W x for a range of rows, then an epilogue on that range.
   auto project = [&](const MatrixRef& w, float* y, std::size_t ldy, auto&& epilogue) {
-    // Named pairs, not a structured binding: the task lambda captures per_task (clang before 16
-    // cannot capture structured bindings, which stops clang-tidy on this file).
-    const std::pair<std::size_t, std::size_t> split = row_tasks(w.rows);
-    const std::size_t per_task = split.first, tasks = split.second;
+    // A named struct, not a structured binding: clang before 16 cannot capture bindings in the
+    // task lambda, which stopped clang-tidy on this file.
+    const RowTasks split = row_tasks(w.rows);
     const PackedInput& in = s.packed(w);
-    run(tasks, [&](std::size_t task, std::size_t) {
-      const std::size_t r0 = task * per_task, r1 = std::min(w.rows, r0 + per_task);
+    run(split.tasks, [&](std::size_t task, std::size_t) {
+      const std::size_t r0 = task * split.per_task, r1 = std::min(w.rows, r0 + split.per_task);
       matmul(isa, w, in, r0, r1, y, ldy);
       epilogue(r0, r1);
     });
@@ -592,12 +594,11 @@ void Transformer::step(std::span<const Segment> segments) {
                c.rms_norm_eps);
     s.pack(s.xn.data(), n, dim, {&L.gate, &L.up});
     {
-      const std::pair<std::size_t, std::size_t> split = row_tasks(ffn);
-      const std::size_t per_task = split.first, tasks = split.second;
+      const RowTasks split = row_tasks(ffn);
       const PackedInput& in_gate = s.packed(L.gate);
       const PackedInput& in_up = s.packed(L.up);
-      run(tasks, [&](std::size_t task, std::size_t) {
-        const std::size_t r0 = task * per_task, r1 = std::min(ffn, r0 + per_task);
+      run(split.tasks, [&](std::size_t task, std::size_t) {
+        const std::size_t r0 = task * split.per_task, r1 = std::min(ffn, r0 + split.per_task);
         matmul(isa, L.gate, in_gate, r0, r1, s.gate.data(), ffn);
         matmul(isa, L.up, in_up, r0, r1, s.up.data(), ffn);
         for (std::size_t t = 0; t < n; ++t)

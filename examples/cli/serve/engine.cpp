@@ -297,7 +297,7 @@ class EngineOf final : public Engine {
   /// `reason` is the finish reason).
   void record(const Job& job, const GenerationResult* result, std::string_view reason = {}) {
     RequestRecord r;
-    const Clock::time_point end = job.finished_at.value_or(Clock::now());
+    const Clock::time_point end = Clock::now();  // conclude records before the job finishes
     r.total_seconds = seconds_between(job.submitted, end);
     r.queue_seconds = seconds_between(job.submitted, job.started.value_or(end));
     if (job.first_token) r.first_token_seconds = seconds_between(job.submitted, *job.first_token);
