@@ -44,6 +44,7 @@
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/cpu/transformer.hpp"
 #include "specdec/model/loader.hpp"
+#include "model_bytes.hpp"
 
 namespace {
 
@@ -202,18 +203,6 @@ double openmp_sum_bandwidth(std::size_t threads, int passes = 3) {
   return best;
 }
 
-/// Bytes of weights one forward call reads: every layer matrix and the output head (the embedding
-/// contributes n rows, negligible).
-std::size_t weight_bytes_per_forward(const specdec::ModelConfig& c, const specdec::WeightStore& w) {
-  std::size_t total = 0;
-  for (const auto& [name, t] : w.tensors()) {
-    if (name.starts_with("blk.") && t.shape.size() == 2) total += t.nbytes;
-  }
-  const specdec::Tensor* out = w.find("output.weight");
-  total += (out != nullptr && !c.tied_embeddings ? out : &w.get("token_embd.weight"))->nbytes;
-  return total;
-}
-
 struct Timing {
   double median, best, mean;
 };
@@ -337,7 +326,8 @@ int main(int argc, char** argv) try {
   for (const std::string& path : models) try {
       const Memory before = resident_memory();
       const specdec::LoadedModel loaded = specdec::load_model(path);
-      const std::size_t weight_bytes = weight_bytes_per_forward(loaded.config, *loaded.weights);
+      const std::size_t weight_bytes =
+          specdec::bench::weight_bytes_per_forward(loaded.config, *loaded.weights);
       const std::string label = loaded.name.empty() ? path : loaded.name;
       for (std::size_t threads : thread_counts) {
         specdec::cpu::Transformer model(loaded, {.threads = threads});
@@ -361,7 +351,7 @@ int main(int argc, char** argv) try {
         openmp = std::max(openmp, openmp_sum_bandwidth(threads));
         // KV read per decode step: K and V of every cached position, every layer.
         const std::size_t kv_read =
-            loaded.config.n_layers * 2 * loaded.config.kv_dim() * (context + 1) * 4;
+            specdec::bench::kv_bytes_per_forward(loaded.config, context + 1, 4);
         const double roofline = static_cast<double>(weight_bytes + kv_read) / bandwidth;
         fmt::print(
             "| {} | {} | {:.1f} | {:.1f} | {:.0f} | {:.2f} | {:.1f} | {:.2f} | {:.2f} / {:.2f} |",

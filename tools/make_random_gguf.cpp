@@ -5,8 +5,11 @@
 //   make_random_gguf --shape tinyllama-1.1b --type q4_k_m --out
 //   /work/scratch/models/target-q4_k_m.gguf
 //
-// Shapes: tinyllama-1.1b (dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab 32000) and
-// llama-68m (dim 768, 2 layers, 12 heads, FFN 3072, vocab 32000). Types: any of llama.cpp's
+// Shapes: tinyllama-1.1b (dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab 32000),
+// llama-68m (dim 768, 2 layers, 12 heads, FFN 3072, vocab 32000), and the Qwen2.5 (qwen2
+// architecture: q/k/v biases, tied embeddings, rope base 1e6) shapes qwen2.5-1.5b (dim 1536, 28
+// layers, 12 heads, 2 KV heads, FFN 8960, vocab 151936) and qwen2.5-0.5b (dim 896, 24 layers, 14
+// heads, 2 KV heads, FFN 4864, vocab 151936), as in the official Qwen2.5(-Coder) GGUF files. Types: any of llama.cpp's
 // presets (specdec/model/quant_mix.hpp: F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, ...):
 // each tensor takes the type llama-quantize would give it (the K-quant mixes put Q6_K on the
 // output head and on some attn_v / ffn_down, ...); norms stay F32. The file is streamed tensor by
@@ -35,21 +38,26 @@ using specdec::DType;
 
 struct Shape {
   const char* name;
+  const char* architecture;  // general.architecture, and the prefix of the metadata keys
   std::uint64_t vocab, dim, layers, heads, kv_heads, ffn, context;
-  double rms_eps;
+  double rms_eps, rope_base;
+  bool qkv_bias;  // attn_q/k/v.bias tensors (Qwen2)
+  bool tied;      // no output.weight: the head is token_embd (Qwen2.5 up to 3B)
 };
 
 constexpr std::array shapes = {
-    Shape{"tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, 2048, 1e-5},
-    Shape{"llama-68m", 32000, 768, 2, 12, 12, 3072, 2048, 1e-6},
+    Shape{"tinyllama-1.1b", "llama", 32000, 2048, 22, 32, 4, 5632, 2048, 1e-5, 1e4, false, false},
+    Shape{"llama-68m", "llama", 32000, 768, 2, 12, 12, 3072, 2048, 1e-6, 1e4, false, false},
+    Shape{"qwen2.5-1.5b", "qwen2", 151936, 1536, 28, 12, 2, 8960, 32768, 1e-6, 1e6, true, true},
+    Shape{"qwen2.5-0.5b", "qwen2", 151936, 896, 24, 14, 2, 4864, 32768, 1e-6, 1e6, true, true},
 };
 
 /// The type llama-quantize's recipe gives a tensor of this random llama under `preset`.
 DType recipe_type(const specdec::QuantPreset& preset, const Shape& s, const std::string& name,
                   const std::vector<std::uint64_t>& shape) {
-  const specdec::MixModel model{"llama", static_cast<std::uint32_t>(s.layers),
+  const specdec::MixModel model{s.architecture, static_cast<std::uint32_t>(s.layers),
                                 static_cast<std::uint32_t>(s.heads),
-                                static_cast<std::uint32_t>(s.kv_heads), true};
+                                static_cast<std::uint32_t>(s.kv_heads), !s.tied};
   return specdec::quant_mix_type(preset, model, {name, shape.size(), shape.back(), DType::f32});
 }
 
@@ -131,13 +139,18 @@ void write_model(const Shape& s, const specdec::QuantPreset& preset, const std::
   };
   add("token_embd.weight", {s.vocab, s.dim}, 1.0f);
   add("output_norm.weight", {s.dim}, 0.0f);
-  add("output.weight", {s.vocab, s.dim}, uniform_scale(s.dim));
+  if (!s.tied) add("output.weight", {s.vocab, s.dim}, uniform_scale(s.dim));
   for (std::uint64_t i = 0; i < s.layers; ++i) {
     const std::string p = fmt::format("blk.{}.", i);
     add(p + "attn_norm.weight", {s.dim}, 0.0f);
     add(p + "attn_q.weight", {s.dim, s.dim}, uniform_scale(s.dim));
     add(p + "attn_k.weight", {kv_dim, s.dim}, uniform_scale(s.dim));
     add(p + "attn_v.weight", {kv_dim, s.dim}, uniform_scale(s.dim));
+    if (s.qkv_bias) {
+      add(p + "attn_q.bias", {s.dim}, 0.1f);
+      add(p + "attn_k.bias", {kv_dim}, 0.1f);
+      add(p + "attn_v.bias", {kv_dim}, 0.1f);
+    }
     add(p + "attn_output.weight", {s.dim, s.dim}, uniform_scale(s.dim));
     add(p + "ffn_norm.weight", {s.dim}, 0.0f);
     add(p + "ffn_gate.weight", {s.ffn, s.dim}, uniform_scale(s.dim));
@@ -165,20 +178,21 @@ void write_model(const Shape& s, const specdec::QuantPreset& preset, const std::
     std::string s;
   };
   const std::uint32_t file_type = preset.file_type;  // llama_ftype, as llama-quantize sets it
+  const std::string arch = s.architecture;
   const std::vector<Kv> kvs = {
-      {"general.architecture", string, 0, 0, "llama"},
+      {"general.architecture", string, 0, 0, arch},
       {"general.name", string, 0, 0, fmt::format("random {} {}", s.name, preset.name)},
       {"general.file_type", u32, file_type, 0, ""},
-      {"llama.vocab_size", u32, s.vocab, 0, ""},
-      {"llama.context_length", u32, s.context, 0, ""},
-      {"llama.embedding_length", u32, s.dim, 0, ""},
-      {"llama.block_count", u32, s.layers, 0, ""},
-      {"llama.feed_forward_length", u32, s.ffn, 0, ""},
-      {"llama.attention.head_count", u32, s.heads, 0, ""},
-      {"llama.attention.head_count_kv", u32, s.kv_heads, 0, ""},
-      {"llama.rope.dimension_count", u32, head_dim, 0, ""},
-      {"llama.rope.freq_base", f32, 0, 10000.0, ""},
-      {"llama.attention.layer_norm_rms_epsilon", f32, 0, s.rms_eps, ""},
+      {arch + ".vocab_size", u32, s.vocab, 0, ""},
+      {arch + ".context_length", u32, s.context, 0, ""},
+      {arch + ".embedding_length", u32, s.dim, 0, ""},
+      {arch + ".block_count", u32, s.layers, 0, ""},
+      {arch + ".feed_forward_length", u32, s.ffn, 0, ""},
+      {arch + ".attention.head_count", u32, s.heads, 0, ""},
+      {arch + ".attention.head_count_kv", u32, s.kv_heads, 0, ""},
+      {arch + ".rope.dimension_count", u32, head_dim, 0, ""},
+      {arch + ".rope.freq_base", f32, 0, s.rope_base, ""},
+      {arch + ".attention.layer_norm_rms_epsilon", f32, 0, s.rms_eps, ""},
   };
   out.put<std::uint64_t>(kvs.size());
   for (const Kv& kv : kvs) {
@@ -227,7 +241,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Writes a random-weight GGUF model with a real model's shapes (for benchmarks)"};
   std::string shape_name = "tinyllama-1.1b", type_name = "bf16", path;
   std::uint64_t seed = 1;
-  app.add_option("--shape", shape_name, "tinyllama-1.1b or llama-68m")->capture_default_str();
+  app.add_option("--shape", shape_name, "tinyllama-1.1b, llama-68m, qwen2.5-1.5b or qwen2.5-0.5b")
+      ->capture_default_str();
   app.add_option("--type", type_name,
                  "a llama.cpp preset: f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m, q6_k, ...")
       ->capture_default_str();
@@ -240,7 +255,8 @@ int main(int argc, char** argv) {
       if (shape_name == s.name) shape = &s;
     if (shape == nullptr)
       throw specdec::Error(
-          fmt::format("--shape {}: expected tinyllama-1.1b or llama-68m", shape_name));
+          fmt::format("--shape {}: expected tinyllama-1.1b, llama-68m, qwen2.5-1.5b or qwen2.5-0.5b",
+                      shape_name));
     const specdec::QuantPreset* preset = specdec::find_quant_preset(type_name);
     if (preset == nullptr)
       throw specdec::Error(

@@ -22,9 +22,10 @@ struct HostModel {
   void rollback(std::size_t) {}
 };
 
-/// A model that declares device logits.
+/// A model that declares device logits (and so its completion point, which CausalLM asks of it).
 struct DeviceModel : HostModel {
   static constexpr Memory logits_memory = Memory::device;
+  void synchronize() {}
 };
 
 /// A device sampler for this test (the real one, cuda::DeviceSampler, needs the CUDA backend).

@@ -2,8 +2,10 @@
 // both decoders: stop strings, streamed text pieces, statistics fields.
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mock_lm.hpp"
@@ -143,6 +145,62 @@ TEST_CASE("adaptive draft length with measured round costs", "[decoder]") {
   o.round_cost = {1.0, 1.5, 0.0, 2.0, 2.5};
   CHECK_THROWS_WITH(AdaptiveDraftLength(o), Catch::Contains("round_cost"));
   CHECK_THROWS_AS(specdec::round_costs(times, 5), specdec::Error);
+}
+
+namespace {
+
+/// A model whose forward() only enqueues its work, as a device model does: the work (1 ms per
+/// token) is done in synchronize(), its completion point. Device logits, so CausalLM requires
+/// the synchronize().
+struct AsyncLM {
+  static constexpr specdec::Memory logits_memory = specdec::Memory::device;
+  std::size_t cached_ = 0, pending = 0, synchronized = 0;
+  std::vector<float> row = std::vector<float>(8, 0.0f);
+  [[nodiscard]] std::size_t vocab_size() const { return 8; }
+  [[nodiscard]] std::size_t context_length() const { return 64; }
+  [[nodiscard]] std::size_t cached() const { return cached_; }
+  specdec::LogitsView forward(std::span<const token_t> t) {
+    cached_ += t.size();
+    pending += t.size();
+    return {row.data(), 1, 8, specdec::Memory::device};
+  }
+  void rollback(std::size_t n) { cached_ = n; }
+  void synchronize() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(pending));
+    pending = 0;
+    ++synchronized;
+  }
+};
+static_assert(specdec::CausalLM<AsyncLM>);
+
+/// The same without a completion point: not a CausalLM, since its timings would be launches.
+struct AsyncLMWithoutSync {
+  static constexpr specdec::Memory logits_memory = specdec::Memory::device;
+  [[nodiscard]] std::size_t vocab_size() const { return 8; }
+  [[nodiscard]] std::size_t context_length() const { return 64; }
+  [[nodiscard]] std::size_t cached() const { return 0; }
+  specdec::LogitsView forward(std::span<const token_t>) { return {}; }
+  void rollback(std::size_t) {}
+};
+static_assert(!specdec::CausalLM<AsyncLMWithoutSync>);
+
+}  // namespace
+
+// The cost table times each forward to its completion point: a model whose forward() returns at
+// once and does its n ms of work in synchronize() gets T(n) >= n ms (sleep_for sleeps at least
+// that long, so the bound cannot flake), not the microseconds of the call.
+TEST_CASE("measure_forward_times waits for a device model's work", "[decoder]") {
+  AsyncLM target, draft;
+  const specdec::ForwardTimes times = specdec::measure_forward_times(target, &draft, 3, 4, 3);
+  REQUIRE(times.target.size() == 4);
+  for (std::size_t n = 1; n <= 4; ++n) {
+    INFO("T(" << n << ") = " << times.target[n - 1] << " s");
+    CHECK(times.target[n - 1] >= 1e-3 * static_cast<double>(n));
+  }
+  CHECK(times.draft >= 1e-3);
+  CHECK(target.pending == 0);  // every forward, the prefix's too, was waited for
+  CHECK(target.cached() == 0);
+  CHECK(target.synchronized >= 2 * (2 + 4 * 3));  // before and after each timed forward
 }
 
 // Lookup first, the draft model when the lookup finds nothing: which one drafted each round, and

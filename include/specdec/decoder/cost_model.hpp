@@ -32,14 +32,18 @@ struct ForwardTimes {
 namespace detail {
 
 /// Median seconds of `model.forward` over n tokens appended after `context` cached positions,
-/// over `repeats` runs (the cache is rolled back after each).
+/// over `repeats` runs (the cache is rolled back after each). Each run starts with the model idle
+/// and ends at its completion point (specdec::synchronize): a device model's forward() returns
+/// once its work is enqueued, and a host clock read then would time the launches.
 template <CausalLM M>
 double time_forward(M& model, std::size_t context, std::size_t n, std::size_t repeats) {
   const std::vector<token_t> tokens(n, token_t{0});
   std::vector<double> seconds;
   for (std::size_t r = 0; r < repeats; ++r) {
+    specdec::synchronize(model);
     const auto start = std::chrono::steady_clock::now();
     (void)model.forward(tokens);
+    specdec::synchronize(model);
     seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     model.rollback(context);

@@ -178,6 +178,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
       target_->rollback(0);
       prefill_target();
       drafter_.get().start(prompt);
+      wait_for_models();
     }
     begin_decode();
   }
@@ -204,6 +205,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
       ScopedTimer timer(result_.stats.prefill_seconds);
       prefill_target();
       drafter_.get().extend(sequence_);
+      wait_for_models();
     }
     begin_decode();
   }
@@ -493,6 +495,14 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
         target_->forward(std::span<const token_t>(sequence_).subspan(cached, want - cached));
     detail::check_logits(logits, want - cached, target_->vocab_size(), "target (prefill)",
                          logits_memory_v<Target>);
+  }
+
+  /// The models' completion points (specdec::synchronize): a device model's prefill is enqueued,
+  /// and without the wait its time would be counted in the first round instead of the prefill.
+  void wait_for_models() {
+    specdec::synchronize(*target_);
+    if constexpr (requires(DrafterType& d) { d.model(); })
+      specdec::synchronize(drafter_.get().model());
   }
 
   void begin_decode() {

@@ -47,9 +47,19 @@ requires requires {
 }
 inline constexpr Memory logits_memory_v<M> = M::logits_memory;
 
+/// A model type whose forward() may return before its work is done (it enqueues work on a device
+/// stream) declares the completion point
+///   void synchronize();   // returns once every call made so far has finished
+/// A model with device logits must have one (CausalLM checks); a host model computes its logits
+/// before forward() returns and needs none.
+template <class M>
+concept HasCompletionPoint = requires(M& m) { m.synchronize(); };
+
 /// A causal language model with a KV cache.
 ///  - forward(t) appends the tokens t after the cached prefix and returns one logits row per token;
-///  - rollback(n) keeps the first n cached positions (O(1), n <= cached()).
+///  - rollback(n) keeps the first n cached positions (O(1), n <= cached());
+///  - specdec::synchronize(m) waits until the work of the calls so far has finished: what a
+///    timing must call before it reads its clock (free for host models).
 template <class M>
 concept CausalLM = requires(M& m, const M& cm, std::span<const token_t> t, std::size_t n) {
   { cm.vocab_size() } -> std::convertible_to<std::size_t>;
@@ -57,6 +67,14 @@ concept CausalLM = requires(M& m, const M& cm, std::span<const token_t> t, std::
   { cm.cached() } -> std::convertible_to<std::size_t>;
   { m.forward(t) } -> std::same_as<LogitsView>;
   {m.rollback(n)};
-};
+} && (logits_memory_v<M> == Memory::host || HasCompletionPoint<M>);
+
+/// The completion point of any model: M::synchronize() where the type has one (a device model:
+/// waits for its stream), nothing otherwise (a host model's forward() has finished on return).
+/// A host clock read after forward() measures the model's work only after this.
+template <class M>
+void synchronize(M& model) {
+  if constexpr (HasCompletionPoint<M>) model.synchronize();
+}
 
 }  // namespace specdec

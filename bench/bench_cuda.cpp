@@ -1,0 +1,352 @@
+// bench_cuda: CUDA backend decode speed against the GPU's memory roofline, the cost of wider
+// steps, prefill, and the device round against the cost model. The CUDA counterpart of bench_cpu.
+//
+//   bench_cuda MODEL.gguf [MODEL.gguf ...] [--tokens 1,2,4,8,12,16] [--repeats 30] [--context 128]
+//              [--round-k 4] [--round-tokens 128] [--draft DRAFT.gguf] [--json OUT.json]
+//
+// Every time is GPU time: a forward is timed from an idle device to its completion point
+// (specdec::synchronize, cost_model.hpp's measure_forward_times), the median of --repeats.
+// For each model it prints:
+//   - the device, its peak memory bandwidth (2 x memory clock x bus width) and the bandwidth a
+//     device-to-device copy reaches (bytes read + written, the best of 5): the two denominators;
+//   - T(n) for each --tokens n after a --context-token prompt, and T(n) / T(1);
+//   - the roofline time of one decode step, (weight bytes + KV bytes) / peak, and its fraction of
+//     T(1) (also against the copy's bandwidth);
+//   - prefill: a forward of 512 tokens on an empty cache (cuBLAS path), tokens/s;
+//   - the device round with forced acceptance: the model drafts for itself (a second
+//     Transformer over the same weights), greedy, so every drafted token is accepted; the
+//     measured ms per round against the cost model's k D + T(k + 1), the difference being the
+//     round's overhead (sampling kernels, the one copy to the host, launches that the graphs do
+//     not hide); the same for plain decoding (AutoregressiveDecoder) against T(1);
+//   - with --draft D: the same round with D as the draft (its acceptance is whatever the two
+//     models' greedy tokens agree on: with random weights, about none) and the draft step D /
+//     T(1) against their bytes.
+// Every speculative run's greedy tokens are compared with plain decoding's: a difference is
+// reported and makes the exit status 1 (after the JSON is written).
+// Random-weight real-shape models come from make_random_gguf (tools/); the prompt is token ids.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model_bytes.hpp"
+#include "specdec/cuda/transformer.hpp"
+#include "specdec/decoder/autoregressive.hpp"
+#include "specdec/decoder/cost_model.hpp"
+#include "specdec/decoder/speculative.hpp"
+#include "specdec/model/loader.hpp"
+
+namespace {
+
+using specdec::token_t;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw specdec::Error(fmt::format("bench_cuda: {}: {}", what, cudaGetErrorString(e)));
+}
+
+struct Device {
+  std::string name;
+  double peak_gbs = 0;  // 2 x memory clock x bus width
+  double copy_gbs = 0;  // a device-to-device copy, bytes read + written
+};
+
+/// The device's name, its peak memory bandwidth from the attributes, and what a 1 GiB
+/// device-to-device copy reaches (best of 5, CUDA events).
+Device device_info() {
+#if defined(SPECDEC_CUDA_EMULATION)
+  return {"emulated device (no timings worth reading)", 0, 0};
+#else
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  int clock_khz = 0, bus_bits = 0;
+  check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device), "memory clock");
+  check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device), "bus width");
+  Device d{prop.name, 2.0 * clock_khz * 1e3 * (bus_bits / 8.0) / 1e9, 0};
+  constexpr std::size_t bytes = std::size_t{1} << 30;
+  void* a = nullptr;
+  void* b = nullptr;
+  check(cudaMalloc(&a, bytes), "cudaMalloc");
+  check(cudaMalloc(&b, bytes), "cudaMalloc");
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  for (int i = 0; i < 6; ++i) {
+    check(cudaEventRecord(start), "cudaEventRecord");
+    check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (i > 0) d.copy_gbs = std::max(d.copy_gbs, 2.0 * bytes / (ms * 1e-3) / 1e9);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(a);
+  cudaFree(b);
+  return d;
+#endif
+}
+
+std::vector<token_t> prompt_ids(std::size_t n, std::size_t vocab) {
+  std::vector<token_t> ids(n);
+  for (std::size_t i = 0; i < n; ++i) ids[i] = static_cast<token_t>((i * 7919 + 13) % vocab);
+  return ids;
+}
+
+/// Milliseconds of a forward of `tokens` tokens on an empty cache (median of `repeats`).
+double prefill_ms(specdec::cuda::Transformer& model, std::size_t tokens, std::size_t repeats) {
+  const std::vector<token_t> ids = prompt_ids(tokens, model.vocab_size());
+  std::vector<double> ms;
+  for (std::size_t r = 0; r < repeats + 1; ++r) {
+    model.rollback(0);
+    model.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)model.forward(ids);
+    model.synchronize();
+    if (r > 0)
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  model.rollback(0);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct RoundResult {
+  double ms_per_round = 0, tokens_per_round = 0, acceptance = 0, predicted_ms = 0;
+  std::vector<token_t> tokens;  // what the decoding emitted (the same in every run: greedy)
+};
+
+/// Speculative decoding of `new_tokens` tokens after `prompt`, greedy, fixed k; the best of 3
+/// runs (the first also warms up the graphs). predicted_ms: k D + T(k + 1) from `times`.
+RoundResult time_rounds(specdec::cuda::Transformer& draft, specdec::cuda::Transformer& target,
+                        std::size_t k, const std::vector<token_t>& prompt, std::size_t new_tokens,
+                        const specdec::ForwardTimes& times) {
+  specdec::SpeculativeDecoder<specdec::cuda::Transformer, specdec::cuda::Transformer> decoder(
+      draft, target, {.k = k});
+  specdec::GenerationConfig config;
+  config.max_new_tokens = new_tokens;
+  RoundResult best;
+  for (int run = 0; run < 4; ++run) {
+    specdec::GenerationResult r = decoder.generate(prompt, config);
+    const auto& s = r.stats;
+    if (run == 0 || s.rounds == 0) continue;
+    const double ms = 1e3 * s.decode_seconds / static_cast<double>(s.rounds);
+    if (best.ms_per_round == 0 || ms < best.ms_per_round)
+      best = {ms, static_cast<double>(s.tokens_emitted) / static_cast<double>(s.rounds),
+              s.drafted ? static_cast<double>(s.accepted) / static_cast<double>(s.drafted) : 0.0,
+              1e3 * (static_cast<double>(k) * times.draft + times.target.at(k)),
+              std::move(r.tokens)};
+  }
+  return best;
+}
+
+struct PlainResult {
+  double ms_per_token = 0;
+  std::vector<token_t> tokens;
+};
+
+/// Plain greedy decoding of `new_tokens` tokens: ms per token, the best of 3 runs after a warm-up.
+PlainResult plain_decoding(specdec::cuda::Transformer& model, const std::vector<token_t>& prompt,
+                           std::size_t new_tokens) {
+  specdec::AutoregressiveDecoder<specdec::cuda::Transformer> decoder(model);
+  specdec::GenerationConfig config;
+  config.max_new_tokens = new_tokens;
+  PlainResult best;
+  for (int run = 0; run < 4; ++run) {
+    specdec::GenerationResult r = decoder.generate(prompt, config);
+    const double ms =
+        1e3 * r.stats.decode_seconds / static_cast<double>(std::max<std::size_t>(1, r.stats.rounds));
+    if (run > 0 && (best.ms_per_token == 0 || ms < best.ms_per_token))
+      best = {ms, std::move(r.tokens)};
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  CLI::App app{"CUDA backend benchmark: T(n) against the memory roofline, the device round"};
+  std::vector<std::string> models;
+  std::vector<std::size_t> ns{1, 2, 4, 8, 12, 16};
+  std::size_t repeats = 30, context = 128, round_k = 4, round_tokens = 128, prefill = 512;
+  std::optional<std::string> draft_path, json_path;
+  app.add_option("models", models, "GGUF files")->required()->check(CLI::ExistingFile);
+  app.add_option("--tokens", ns, "tokens per forward call (at most 16: the decode path)")
+      ->delimiter(',')
+      ->check(CLI::Range(std::size_t{1}, std::size_t{16}))
+      ->capture_default_str();
+  app.add_option("--repeats", repeats, "timed calls per measurement (median reported)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{10000}))
+      ->capture_default_str();
+  app.add_option("--context", context, "prompt length before the timed calls")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--prefill", prefill, "prompt tokens of the prefill measurement (0: skip)")
+      ->capture_default_str();
+  app.add_option("--round-k", round_k, "draft length of the timed speculative rounds (0: skip)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{15}))
+      ->capture_default_str();
+  app.add_option("--round-tokens", round_tokens, "tokens generated by each timed decode")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
+      ->capture_default_str();
+  app.add_option("--draft", draft_path, "also time rounds with this draft model")
+      ->check(CLI::ExistingFile);
+  app.add_option("--json", json_path, "also write the results to this JSON file");
+  CLI11_PARSE(app, argc, argv);
+  std::sort(ns.begin(), ns.end());
+  ns.erase(std::unique(ns.begin(), ns.end()), ns.end());
+  if (ns.front() != 1) ns.insert(ns.begin(), 1);
+  const std::size_t max_n = std::max(ns.back(), round_k + 1);
+
+  if (specdec::cuda::device_count() == 0)
+    throw specdec::Error("bench_cuda: no CUDA device (" + specdec::cuda::device_count_error() +
+                         ")");
+  const Device device = device_info();
+  fmt::print("device: {}, peak memory bandwidth {:.0f} GB/s, device-to-device copy {:.0f} GB/s\n",
+             device.name, device.peak_gbs, device.copy_gbs);
+  nlohmann::json results = nlohmann::json::array();
+  std::size_t greedy_mismatches = 0;  // speculative runs whose greedy tokens differ from plain
+  std::optional<specdec::LoadedModel> draft_file;
+  if (draft_path) draft_file = specdec::load_model(*draft_path);
+
+  for (const std::string& path : models) {
+    const specdec::LoadedModel loaded = specdec::load_model(path);
+    const std::size_t context_length = context + round_tokens + 2 * max_n + 16;
+    specdec::cuda::Transformer model(loaded, {.context_length = std::max(context_length, prefill)});
+    const std::size_t weight_bytes =
+        specdec::bench::weight_bytes_per_forward(loaded.config, *loaded.weights);
+    const std::size_t kv_bytes = specdec::bench::kv_bytes_per_forward(
+        loaded.config, context + 1,
+        model.options().kv == specdec::cuda::Options::Kv::f16 ? 2 : 4);
+    const std::string label = loaded.name.empty() ? path : loaded.name;
+
+    // T(1) .. T(max_n) after `context` positions, each to its completion point.
+    const specdec::ForwardTimes times =
+        specdec::measure_forward_times(model, &model, max_n - 1, context, repeats);
+    const double t1 = times.target[0];
+    const double roofline = static_cast<double>(weight_bytes + kv_bytes) / (device.peak_gbs * 1e9);
+    const double roofline_copy =
+        static_cast<double>(weight_bytes + kv_bytes) / (device.copy_gbs * 1e9);
+    fmt::print("\n{}: weights read per step {:.1f} MB, KV {:.1f} MB, {} MB on the device\n",
+               label, weight_bytes / 1e6, kv_bytes / 1e6, model.device_bytes() / 1000000);
+    fmt::print(
+        "  T(1) = {:.3f} ms ({:.0f} tok/s); roofline {:.3f} ms = {:.2f} of T(1) at the peak, {:.2f} "
+        "at the copy's bandwidth; achieved {:.0f} GB/s\n",
+        1e3 * t1, 1.0 / t1, 1e3 * roofline, roofline / t1, roofline_copy / t1,
+        static_cast<double>(weight_bytes + kv_bytes) / t1 / 1e9);
+    fmt::print("  T(n)/T(1):");
+    nlohmann::json tn = nlohmann::json::object();
+    for (const std::size_t n : ns) {
+      fmt::print(" {}:{:.3f}", n, times.target[n - 1] / t1);
+      tn[std::to_string(n)] = times.target[n - 1];
+    }
+    fmt::print("\n");
+    nlohmann::json row = {{"model", label},
+                          {"path", path},
+                          {"weight_bytes", weight_bytes},
+                          {"kv_bytes", kv_bytes},
+                          {"context", context},
+                          {"T_seconds", tn},
+                          {"roofline_seconds_peak", roofline},
+                          {"roofline_fraction_peak", roofline / t1},
+                          {"roofline_fraction_copy", roofline_copy / t1}};
+    if (prefill > 0) {
+      const double ms = prefill_ms(model, prefill, 5);
+      fmt::print("  prefill {} tokens: {:.2f} ms = {:.0f} tok/s\n", prefill, ms, 1e3 * prefill / ms);
+      row["prefill_tokens"] = prefill;
+      row["prefill_ms"] = ms;
+    }
+    const std::vector<token_t> prompt = prompt_ids(context, loaded.config.vocab_size);
+    const PlainResult plain_result = plain_decoding(model, prompt, round_tokens);
+    const double plain = plain_result.ms_per_token;
+    fmt::print("  plain greedy decoding: {:.3f} ms/token, T(1) {:.3f} ms: overhead {:.1f} us/token\n",
+               plain, 1e3 * t1, 1e3 * (plain - 1e3 * t1));
+    row["plain_ms_per_token"] = plain;
+    if (round_k > 0) {
+      specdec::cuda::Transformer self_draft(loaded, {.context_length = model.context_length()});
+      const RoundResult r = time_rounds(self_draft, model, round_k, prompt, round_tokens, times);
+      fmt::print(
+          "  forced acceptance (the model drafts for itself), k = {}: {:.3f} ms/round, {:.2f} "
+          "tokens/round, acceptance {:.3f}; cost model k D + T(k+1) = {:.3f} ms: overhead {:.1f} "
+          "us/round\n",
+          round_k, r.ms_per_round, r.tokens_per_round, r.acceptance, r.predicted_ms,
+          1e3 * (r.ms_per_round - r.predicted_ms));
+      const bool same = r.tokens == plain_result.tokens;
+      greedy_mismatches += same ? 0 : 1;
+      fmt::print("  greedy speculative tokens {} plain decoding's ({} tokens)\n",
+                 same ? "==" : "!=", plain_result.tokens.size());
+      row["forced_round"] = {{"k", round_k},
+                             {"greedy_identical", same},
+                             {"ms_per_round", r.ms_per_round},
+                             {"tokens_per_round", r.tokens_per_round},
+                             {"acceptance", r.acceptance},
+                             {"predicted_ms", r.predicted_ms},
+                             {"speedup_over_plain", r.tokens_per_round / r.ms_per_round * plain}};
+      if (draft_file) {
+        if (draft_file->config.vocab_size != loaded.config.vocab_size) {
+          fmt::print("  --draft: vocabulary {} != {}, skipped\n", draft_file->config.vocab_size,
+                     loaded.config.vocab_size);
+        } else {
+          specdec::cuda::Transformer draft(*draft_file,
+                                           {.context_length = model.context_length()});
+          specdec::ForwardTimes pair = specdec::measure_forward_times(model, &draft, round_k,
+                                                                      context, repeats);
+          const std::size_t draft_bytes =
+              specdec::bench::weight_bytes_per_forward(draft_file->config, *draft_file->weights);
+          const RoundResult d = time_rounds(draft, model, round_k, prompt, round_tokens, pair);
+          const bool draft_same = d.tokens == plain_result.tokens;
+          greedy_mismatches += draft_same ? 0 : 1;
+          fmt::print(
+              "  draft {}: step {:.3f} ms = {:.3f} T(1) (bytes say {:.3f}); k = {}: {:.3f} "
+              "ms/round, acceptance {:.3f}, cost model {:.3f} ms: overhead {:.1f} us/round; greedy "
+              "tokens {} plain decoding's\n",
+              *draft_path, 1e3 * pair.draft, pair.draft / pair.target[0],
+              static_cast<double>(draft_bytes) / static_cast<double>(weight_bytes), round_k,
+              d.ms_per_round, d.acceptance, d.predicted_ms,
+              1e3 * (d.ms_per_round - d.predicted_ms), draft_same ? "==" : "!=");
+          row["draft_round"] = {{"draft", *draft_path},
+                                {"greedy_identical", draft_same},
+                                {"draft_step_seconds", pair.draft},
+                                {"draft_step_over_T1", pair.draft / pair.target[0]},
+                                {"bytes_ratio", static_cast<double>(draft_bytes) /
+                                                    static_cast<double>(weight_bytes)},
+                                {"ms_per_round", d.ms_per_round},
+                                {"acceptance", d.acceptance},
+                                {"predicted_ms", d.predicted_ms}};
+        }
+      }
+    }
+    const auto g = model.graph_stats();
+    row["graphs"] = {{"captures", g.captures}, {"replays", g.replays}, {"direct", g.direct}};
+    results.push_back(std::move(row));
+  }
+  if (json_path) {
+    std::ofstream out(*json_path);
+    out << nlohmann::json{{"device", device.name},
+                          {"peak_gbs", device.peak_gbs},
+                          {"copy_gbs", device.copy_gbs},
+                          {"results", results}}
+               .dump(2)
+        << "\n";
+    if (!out) throw specdec::Error("bench_cuda: cannot write " + *json_path);
+  }
+  if (greedy_mismatches > 0)
+    throw specdec::Error(fmt::format(
+        "{} greedy speculative run(s) emitted other tokens than plain decoding", greedy_mismatches));
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_cuda: %s\n", e.what());
+  return 1;
+}
