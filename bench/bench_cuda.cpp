@@ -48,7 +48,7 @@ namespace {
 
 using specdec::token_t;
 
-void check(cudaError_t e, const char* what) {
+[[maybe_unused]] void check(cudaError_t e, const char* what) {  // (unused when emulated)
   if (e != cudaSuccess)
     throw specdec::Error(fmt::format("bench_cuda: {}: {}", what, cudaGetErrorString(e)));
 }
@@ -137,6 +137,7 @@ RoundResult time_rounds(specdec::cuda::Transformer& draft, specdec::cuda::Transf
       draft, target, {.k = k});
   specdec::GenerationConfig config;
   config.max_new_tokens = new_tokens;
+  config.sampling.temperature = 0.0f;  // greedy
   RoundResult best;
   for (int run = 0; run < 4; ++run) {
     specdec::GenerationResult r = decoder.generate(prompt, config);
@@ -152,6 +153,16 @@ RoundResult time_rounds(specdec::cuda::Transformer& draft, specdec::cuda::Transf
   return best;
 }
 
+/// "==" or where the two token sequences first differ.
+std::string compare_tokens(const std::vector<token_t>& got, const std::vector<token_t>& want) {
+  if (got == want) return "==";
+  std::size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  return fmt::format("!= (first difference at token {}: {} against {}; {} and {} tokens)", i,
+                     i < got.size() ? std::to_string(got[i]) : "end",
+                     i < want.size() ? std::to_string(want[i]) : "end", got.size(), want.size());
+}
+
 struct PlainResult {
   double ms_per_token = 0;
   std::vector<token_t> tokens;
@@ -163,6 +174,7 @@ PlainResult plain_decoding(specdec::cuda::Transformer& model, const std::vector<
   specdec::AutoregressiveDecoder<specdec::cuda::Transformer> decoder(model);
   specdec::GenerationConfig config;
   config.max_new_tokens = new_tokens;
+  config.sampling.temperature = 0.0f;  // greedy
   PlainResult best;
   for (int run = 0; run < 4; ++run) {
     specdec::GenerationResult r = decoder.generate(prompt, config);
@@ -286,7 +298,7 @@ int main(int argc, char** argv) try {
       const bool same = r.tokens == plain_result.tokens;
       greedy_mismatches += same ? 0 : 1;
       fmt::print("  greedy speculative tokens {} plain decoding's ({} tokens)\n",
-                 same ? "==" : "!=", plain_result.tokens.size());
+                 compare_tokens(r.tokens, plain_result.tokens), plain_result.tokens.size());
       row["forced_round"] = {{"k", round_k},
                              {"greedy_identical", same},
                              {"ms_per_round", r.ms_per_round},
@@ -315,7 +327,8 @@ int main(int argc, char** argv) try {
               *draft_path, 1e3 * pair.draft, pair.draft / pair.target[0],
               static_cast<double>(draft_bytes) / static_cast<double>(weight_bytes), round_k,
               d.ms_per_round, d.acceptance, d.predicted_ms,
-              1e3 * (d.ms_per_round - d.predicted_ms), draft_same ? "==" : "!=");
+              1e3 * (d.ms_per_round - d.predicted_ms),
+              compare_tokens(d.tokens, plain_result.tokens));
           row["draft_round"] = {{"draft", *draft_path},
                                 {"greedy_identical", draft_same},
                                 {"draft_step_seconds", pair.draft},

@@ -54,6 +54,10 @@ if [ "$emu" = 1 ]; then
   pair=${SPECDEC_PAIR:-$root/../shared/models/tinyllama-pair}
   models_dir=$OUT/models
 else
+  [ -d .gpu/bin ] || tar -C .gpu -xJf .gpu/bundle.tar.xz || {
+    echo "gpu_check: no .gpu/bundle.tar.xz (made by tools/gpu_bundle.sh)" >&2
+    exit 100
+  }
   # The binaries bake in the source tree they were built from (test data, the trained pair):
   # make that path lead here when this copy of the tree lives elsewhere.
   built_in=$(cat .gpu/root)
@@ -79,12 +83,23 @@ fi
 mkdir -p "$models_dir"
 
 # step NAME SECONDS COMMAND...: runs the command with a time limit, its output in the step's log,
-# and records {step, rc, seconds} (rc 124: the time limit).
+# and records {step, rc, seconds} (rc 124: the time limit). The whole run has a budget
+# (SPECDEC_GPU_CHECK_BUDGET seconds, default 420: a device call is limited and a start costs
+# minutes): a step gets at most what is left of it, and is skipped (rc 125) when nothing is.
+budget=${SPECDEC_GPU_CHECK_BUDGET:-420}
 failed=0
 step() {
   local name=$1 limit=$2
   shift 2
-  local t0 rc
+  local t0 rc left
+  left=$((budget - ($(date +%s) - started)))
+  if [ "$left" -lt 5 ]; then
+    printf '{"step": "%s", "rc": 125, "seconds": 0}\n' "$name" >>"$results"
+    failed=$((failed + 1))
+    echo "SKIP  $name: the run's budget of $budget s is spent"
+    return 125
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   t0=$(date +%s.%N)
   timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
   rc=$?
@@ -140,7 +155,7 @@ done
 
 # ---------------------------------------------------------------- 2. the gpu-labelled tests
 for t in reduce kernels sampling transformer; do
-  step "test.$t" 240 "$tests/$test_prefix$t"
+  step "test.$t" 150 "$tests/$test_prefix$t"
 done
 
 # ---------------------------------------------------------------- 3 and 4 on the trained pair
@@ -152,9 +167,9 @@ compare() {
   for ids_name in short long; do
     local ids=$ids_short rows=12
     [ "$ids_name" = long ] && ids=$ids_long rows=40
-    step "logits.$name.$ids_name.cpu" 300 "$cli" logits --backend cpu -m "$model" --tokens "$ids" \
+    step "logits.$name.$ids_name.cpu" 90 "$cli" logits --backend cpu -m "$model" --tokens "$ids" \
       -c 64 -ctk f16 -ctv f16 -o "$models_dir/$name.$ids_name.cpu.f32" &&
-      step "logits.$name.$ids_name.cuda" 300 "$cli" logits --backend cuda -m "$model" \
+      step "logits.$name.$ids_name.cuda" 90 "$cli" logits --backend cuda -m "$model" \
         --tokens "$ids" -c 64 -ctk f16 -ctv f16 -o "$models_dir/$name.$ids_name.cuda.f32" &&
       step "logits.$name.$ids_name.compare" 60 python3 tools/compare_logits.py \
         "$models_dir/$name.$ids_name.cuda.f32" "$models_dir/$name.$ids_name.cpu.f32" "$rows" \
@@ -169,8 +184,8 @@ compare tiny-draft "$pair/draft-f32.gguf" 1e-3
 greedy_args=(-m "$pair/target-f32.gguf" -md "$pair/draft-f32.gguf" --prompts "$pair/eval-prompts.jsonl"
   -k 4 --repeat 1 --json)
 if [ "$emu" = 1 ]; then greedy_args+=(--limit 1 -n 8); else greedy_args+=(--limit 5 -n 64); fi
-step greedy.pair 300 "$cli" bench --backend cuda --temp 0 "${greedy_args[@]}"
-step sampled.pair 300 "$cli" bench --backend cuda --temp 0.8 -s 7 "${greedy_args[@]}"
+step greedy.pair 120 "$cli" bench --backend cuda --temp 0 "${greedy_args[@]}"
+step sampled.pair 120 "$cli" bench --backend cuda --temp 0.8 -s 7 "${greedy_args[@]}"
 for s in greedy sampled; do
   python3 - "$logs/$s.pair.log" <<'EOF' >>"$OUT/summary.txt" 2>&1
 import json, sys
@@ -180,7 +195,7 @@ print(f"bench --backend cuda on the trained pair, T {j['results'][0]['temperatur
       f"identical {j['greedy_runs_identical']}/{j['greedy_runs_compared']}; T(1) "
       f"{1e3 * j['target_forward_seconds'][0]:.3f} ms, T(n)/T(1) "
       + " ".join(f"{t / j['target_forward_seconds'][0]:.2f}" for t in j['target_forward_seconds'])
-      + f"; draft step {1e3 * j['draft_step_seconds']['0']:.3f} ms")
+      + f"; draft step {1e3 * dict(j['draft_step_seconds'])[0]:.3f} ms")
 for r in j["results"]:
     print(f"  {r['domain']:>6} {r['config']:<28} {r['tokens_per_second']:9.1f} tok/s "
           f"speedup {r['speedup']:.2f} (predicted {r['predicted_speedup']:.2f}) acceptance "
@@ -191,7 +206,7 @@ done
 # ---------------------------------------------------------------- 5. the kernel harness
 # Without --check: every variant is checked and, on a GPU, timed.
 for p in skinny_gemm attention verify; do
-  step "dev.$p" 300 "$dev/$dev_prefix$p"
+  step "dev.$p" 180 "$dev/$dev_prefix$p"
 done
 grep -h 'FAIL\|check(s) failed' "$logs"/dev.*.log >>"$OUT/summary.txt"
 
@@ -209,9 +224,10 @@ for shape in "${shapes[@]}"; do
       continue
     fi
     # Quantised weights: the CPU backend quantises the activations to 8 bits (the emulated
-    # tests' 5e-2); BF16: both multiply the same weights in f32.
+    # tests' 5e-2); BF16: it rounds them to bf16 where the CPU multiplies in bf16 (AVX512-BF16:
+    # 5e-3 seen under the emulator).
     tol=5e-2
-    [ "$type" = bf16 ] && tol=1e-3
+    [ "$type" = bf16 ] && tol=2e-2
     compare "$shape-$type" "$f" "$tol"
   done
 done
@@ -226,11 +242,14 @@ for shape in "${shapes[@]}"; do
   for type in "${types[@]}"; do
     f=$models_dir/$shape-$type.gguf
     [ -s "$f" ] || continue
+    # A draft pair: the Qwen 1.5B target with the 0.5B of the same type (emulated: the Q8_0
+    # 68M model with its Q4_K_M copy).
+    draft=
+    [ "$shape" = qwen2.5-1.5b ] && draft=$models_dir/qwen2.5-0.5b-$type.gguf
+    [ "$emu" = 1 ] && [ "$type" = q8_0 ] && draft=$models_dir/$shape-q4_k_m.gguf
     extra=()
-    # The Qwen 1.5B target with the 0.5B of the same type as its draft.
-    [ "$shape" = qwen2.5-1.5b ] && [ -s "$models_dir/qwen2.5-0.5b-$type.gguf" ] &&
-      extra=(--draft "$models_dir/qwen2.5-0.5b-$type.gguf")
-    step "bench.$shape-$type" 300 "$bench_cuda" "$f" "${bench_args[@]}" "${extra[@]}" \
+    [ -n "$draft" ] && [ -s "$draft" ] && extra=(--draft "$draft")
+    step "bench.$shape-$type" 120 "$bench_cuda" "$f" "${bench_args[@]}" "${extra[@]}" \
       --json "$logs/bench.$shape-$type.json"
     grep -v '^device:' "$logs/bench.$shape-$type.log" >>"$OUT/summary.txt"
   done

@@ -13,17 +13,21 @@
 // presets (specdec/model/quant_mix.hpp: F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, ...):
 // each tensor takes the type llama-quantize would give it (the K-quant mixes put Q6_K on the
 // output head and on some attn_v / ffn_down, ...); norms stay F32. The file is streamed tensor by
-// tensor, so a 4.4 GB F32 model needs only one row of memory. Weights are uniform with variance 1 /
+// tensor, 64 MiB of rows at a time quantised by all CPUs. Weights are uniform with variance 1 /
 // fan-in (unit-scale activations, no denormals that could slow the arithmetic down).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "specdec/cpu/kernels.hpp"
@@ -76,9 +80,10 @@ std::uint64_t row_bytes(DType t, std::uint64_t cols) {
 
 /// A splitmix64 stream: fast and good enough for weights nobody reads for their values.
 struct Random {
+  static constexpr std::uint64_t step = 0x9e3779b97f4a7c15ull;  // the state's increment per value
   std::uint64_t state;
   float uniform() {  // [-1, 1)
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    std::uint64_t z = (state += step);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
@@ -213,18 +218,40 @@ void write_model(const Shape& s, const specdec::QuantPreset& preset, const std::
   out.pad_to(alignment);
   const std::uint64_t data_start = out.written();
 
-  std::vector<float> row;
-  std::vector<std::byte> encoded;
-  Random random{seed};
+  // The rows of a tensor are drawn and quantised by all CPUs, a chunk of at most 64 MiB at a time,
+  // and written in order. The splitmix64 stream is a counter (its n-th value is a function of
+  // seed + n steps), so each row starts at a known state and the file is the same bytes whatever
+  // the number of threads.
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::uint64_t drawn = 0;  // values drawn for the tensors before this one
   for (const TensorPlan& t : tensors) {
     const std::uint64_t rows = t.shape.size() == 2 ? t.shape[0] : 1, cols = t.shape.back();
-    row.resize(cols);
-    encoded.resize(row_bytes(t.dtype, cols));
-    for (std::uint64_t r = 0; r < rows; ++r) {
-      for (float& v : row) v = t.scale == 0.0f ? 1.0f : t.scale * random.uniform();
-      specdec::quant::quantize(t.dtype, row, encoded);
-      out.raw(encoded.data(), encoded.size());
+    const std::uint64_t bytes = row_bytes(t.dtype, cols);
+    const std::uint64_t chunk = std::clamp<std::uint64_t>((64u << 20) / bytes, 1, rows);
+    std::vector<std::byte> encoded(chunk * bytes);
+    for (std::uint64_t first = 0; first < rows; first += chunk) {
+      const std::uint64_t n = std::min(chunk, rows - first);
+      std::vector<std::thread> workers;
+      std::vector<std::exception_ptr> errors(threads);
+      for (unsigned w = 0; w < threads; ++w)
+        workers.emplace_back([&, w] {
+          try {
+            std::vector<float> row(cols);
+            for (std::uint64_t r = w; r < n; r += threads) {
+              Random random{seed + (drawn + (first + r) * cols) * Random::step};
+              for (float& v : row) v = t.scale == 0.0f ? 1.0f : t.scale * random.uniform();
+              specdec::quant::quantize(t.dtype, row, std::span(encoded).subspan(r * bytes, bytes));
+            }
+          } catch (...) {
+            errors[w] = std::current_exception();
+          }
+        });
+      for (std::thread& worker : workers) worker.join();
+      for (const std::exception_ptr& e : errors)
+        if (e) std::rethrow_exception(e);
+      out.raw(encoded.data(), n * bytes);
     }
+    if (t.scale != 0.0f) drawn += rows * cols;
     out.pad_to(alignment);
     if (out.written() - data_start != (&t == &tensors.back() ? offset : (&t + 1)->offset))
       throw specdec::Error(
