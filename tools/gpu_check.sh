@@ -14,19 +14,20 @@
 #
 #     SPECDEC_GPU_CHECK_EMU=1 OUT=/tmp/gpu-check tools/gpu_check.sh
 #
-# Steps, each with a time limit, its output in $OUT/logs/<step>.log and its exit status and
-# seconds in $OUT/results.json:
-#   models   random-weight real-shape models (make_random_gguf), in the background, on the CPUs
-#   test.*   the gpu-labelled tests (tests/cuda): kernels, Transformer against the CPU backend,
-#            device sampler decisions against the host sampler, speculative decoding on the GPU
-#   logits.* one forward's logits, GPU against the CPU backend, on the same files (the trained
-#            pair and the random-weight models; tools/compare_logits.py, the tests' tolerances)
-#   greedy.* `specdec bench --backend cuda` on the trained pair: greedy speculative output must
-#            equal target-only (bench fails otherwise), then temperature 0.8
-#   dev.*    the kernel harness (cuda/dev): every variant checked against its CPU reference and
-#            timed against the memory bandwidth peak
-#   bench.*  bench_cuda on the random models: T(n) and the roofline, prefill, the device round
-#            with forced acceptance, a draft pair (greedy tokens compared with plain decoding)
+# Steps, in this order (the most telling first: a device call has a time limit), each with a time
+# limit, its output in $OUT/logs/<step>.log and its exit status and seconds in $OUT/results.json:
+#   models    random-weight real-shape models (make_random_gguf), in the background, on the CPUs
+#   test.*    the gpu-labelled tests (tests/cuda): kernels, Transformer against the CPU backend,
+#             device sampler decisions against the host sampler, speculative decoding on the GPU
+#   logits.*  one forward's logits, GPU against the CPU backend, on the same files (the trained
+#             pair, then the random-weight models; tools/compare_logits.py, the tests' tolerances)
+#   greedy.pair, sampled.pair   `specdec bench --backend cuda` on the trained pair: greedy
+#             speculative output must equal target-only (bench fails otherwise); temperature 0.8
+#   bench.*   bench_cuda on the random models: T(n) and the roofline, prefill, the device round
+#             with forced acceptance, a draft pair (greedy tokens compared with plain decoding)
+#   dev.*     the kernel harness (cuda/dev): every variant checked against its CPU reference and
+#             timed against the memory bandwidth peak
+#   sanitizer.*  compute-sanitizer's memcheck and racecheck on the small tests, with the time left
 # The device tool returns at most 8 files, so the logs are packed into $OUT/logs.tar.gz and
 # $OUT/summary.txt holds the lines worth reading. Exit status: the number of failed steps.
 set -uo pipefail
@@ -86,12 +87,16 @@ mkdir -p "$models_dir"
 # and records {step, rc, seconds} (rc 124: the time limit). The whole run has a budget
 # (SPECDEC_GPU_CHECK_BUDGET seconds, default 420: a device call is limited and a start costs
 # minutes): a step gets at most what is left of it, and is skipped (rc 125) when nothing is.
+# SPECDEC_GPU_CHECK_ONLY (an extended regular expression) runs only the steps whose names match,
+# e.g. "test\.|dev\." for a rerun after a fix ("models" makes the random-weight models).
 budget=${SPECDEC_GPU_CHECK_BUDGET:-420}
+only=${SPECDEC_GPU_CHECK_ONLY:-.}
 failed=0
 step() {
   local name=$1 limit=$2
   shift 2
   local t0 rc left
+  echo "$name" | grep -Eq "$only" || return 0
   left=$((budget - ($(date +%s) - started)))
   if [ "$left" -lt 5 ]; then
     printf '{"step": "%s", "rc": 125, "seconds": 0}\n' "$name" >>"$results"
@@ -143,6 +148,7 @@ else
 fi
 types=(q4_k_m q8_0 bf16)
 model_jobs=()
+echo models | grep -Eq "$only" || shapes=()
 for shape in "${shapes[@]}"; do
   for type in "${types[@]}"; do
     f=$models_dir/$shape-$type.gguf
@@ -203,14 +209,7 @@ for r in j["results"]:
 EOF
 done
 
-# ---------------------------------------------------------------- 5. the kernel harness
-# Without --check: every variant is checked and, on a GPU, timed.
-for p in skinny_gemm attention verify; do
-  step "dev.$p" 180 "$dev/$dev_prefix$p"
-done
-grep -h 'FAIL\|check(s) failed' "$logs"/dev.*.log >>"$OUT/summary.txt"
-
-# ---------------------------------------------------------------- 6. the random-weight models
+# ---------------------------------------------------------------- 5. the random-weight models: speed
 for job in "${model_jobs[@]}"; do wait "$job"; done
 printf '{"step": "models", "rc": 0, "seconds": %d}\n' $(($(date +%s) - started)) >>"$results"
 ls -l "$models_dir"/*.gguf >>"$OUT/summary.txt" 2>&1
@@ -221,14 +220,7 @@ for shape in "${shapes[@]}"; do
       echo "FAIL  model $shape $type was not made:"
       tail -n 5 "$logs/model.$shape-$type.log"
       failed=$((failed + 1))
-      continue
     fi
-    # Quantised weights: the CPU backend quantises the activations to 8 bits (the emulated
-    # tests' 5e-2); BF16: it rounds them to bf16 where the CPU multiplies in bf16 (AVX512-BF16:
-    # 5e-3 seen under the emulator).
-    tol=5e-2
-    [ "$type" = bf16 ] && tol=2e-2
-    compare "$shape-$type" "$f" "$tol"
   done
 done
 
@@ -251,9 +243,46 @@ for shape in "${shapes[@]}"; do
     [ -n "$draft" ] && [ -s "$draft" ] && extra=(--draft "$draft")
     step "bench.$shape-$type" 120 "$bench_cuda" "$f" "${bench_args[@]}" "${extra[@]}" \
       --json "$logs/bench.$shape-$type.json"
-    grep -v '^device:' "$logs/bench.$shape-$type.log" >>"$OUT/summary.txt"
+    [ -f "$logs/bench.$shape-$type.log" ] &&
+      grep -v '^device:' "$logs/bench.$shape-$type.log" >>"$OUT/summary.txt"
   done
 done
+
+# ---------------------------------------------------------------- 6. the random-weight models: logits
+# Logits, GPU against CPU, on the K-quant models of every shape and on the other types of the
+# smallest (each comparison loads the model twice: a few seconds each).
+# Quantised weights: the CPU backend quantises the activations to 8 bits (the emulated tests'
+# 5e-2); BF16: it rounds them to bf16 where the CPU multiplies in bf16 (AVX512-BF16: 5e-3 seen
+# under the emulator).
+for shape in "${shapes[@]}"; do
+  for type in "${types[@]}"; do
+    f=$models_dir/$shape-$type.gguf
+    [ -s "$f" ] || continue
+    [ "$type" = q4_k_m ] || [ "$shape" = "${shapes[-1]}" ] || continue
+    tol=5e-2
+    [ "$type" = bf16 ] && tol=2e-2
+    compare "$shape-$type" "$f" "$tol"
+  done
+done
+
+# ---------------------------------------------------------------- 7. the kernel harness
+# Without --check: every variant is checked and, on a GPU, timed.
+for p in skinny_gemm attention verify; do
+  step "dev.$p" 180 "$dev/$dev_prefix$p"
+done
+grep -sh 'FAIL\|check(s) failed' "$logs"/dev.*.log >>"$OUT/summary.txt"
+
+# ---------------------------------------------------------------- 8. compute-sanitizer
+# What the emulator cannot see (races between warps, device memory errors), on the small tests,
+# with whatever time is left.
+if [ "$emu" != 1 ] && command -v compute-sanitizer >/dev/null; then
+  step sanitizer.memcheck.kernels 90 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$tests/${test_prefix}kernels"
+  step sanitizer.racecheck.sampling 90 compute-sanitizer --tool racecheck --error-exitcode 1 \
+    "$tests/${test_prefix}sampling"
+  step sanitizer.racecheck.reduce 60 compute-sanitizer --tool racecheck --error-exitcode 1 \
+    "$tests/${test_prefix}reduce"
+fi
 
 # ---------------------------------------------------------------- results
 python3 - "$results" "$OUT/results.json" "$logs" <<'EOF'
