@@ -167,12 +167,13 @@ done
 # ---------------------------------------------------------------- 3 and 4 on the trained pair
 ids_short=$(seq -s, 1 12)  # 12 tokens: one step of the skinny (decode / verify) kernels
 ids_long=$(seq -s, 1 40)   # 40 tokens: the prefill path (cuBLAS, f16 activations)
-# compare NAME MODEL TOLERANCE: logits of the short and the long input, GPU against CPU.
+# compare NAME MODEL TOLERANCE [PREFILL_TOLERANCE]: logits of the short and the long input, GPU
+# against CPU (the long one with the second tolerance, by default the first).
 compare() {
-  local name=$1 model=$2 tol=$3
+  local name=$1 model=$2
   for ids_name in short long; do
-    local ids=$ids_short rows=12
-    [ "$ids_name" = long ] && ids=$ids_long rows=40
+    local ids=$ids_short rows=12 tol=$3
+    [ "$ids_name" = long ] && ids=$ids_long rows=40 tol=${4:-$3}
     step "logits.$name.$ids_name.cpu" 90 "$cli" logits --backend cpu -m "$model" --tokens "$ids" \
       -c 64 -ctk f16 -ctv f16 -o "$models_dir/$name.$ids_name.cpu.f32" &&
       step "logits.$name.$ids_name.cuda" 90 "$cli" logits --backend cuda -m "$model" \
@@ -183,9 +184,11 @@ compare() {
       cat "$logs/logits.$name.$ids_name.compare.log" >>"$OUT/summary.txt"
   done
 }
-# F32 weights: the emulated tests' 1e-3 (f16 KV cache, f16 prefill activations).
-compare tiny-target "$pair/target-f32.gguf" 1e-3
-compare tiny-draft "$pair/draft-f32.gguf" 1e-3
+# F32 weights: the emulated tests' tolerances (tests/cuda/quantised_transformer_test.cpp): 1e-3
+# for a step of the skinny kernels after nothing but f16 KV entries, 3e-3 for a prefill, whose
+# activations cuBLAS takes in f16 (1.05e-3 seen on an H100 for the 40 tokens).
+compare tiny-target "$pair/target-f32.gguf" 1e-3 3e-3
+compare tiny-draft "$pair/draft-f32.gguf" 1e-3 3e-3
 
 greedy_args=(-m "$pair/target-f32.gguf" -md "$pair/draft-f32.gguf" --prompts "$pair/eval-prompts.jsonl"
   -k 4 --repeat 1 --json)

@@ -15,6 +15,7 @@
 //   cuda_dev_skinny_gemm [--check]     GPU: TinyLlama-1.1B and Qwen2.5-Coder-1.5B shapes
 //   cuda_emu_dev_skinny_gemm           emulator: small shapes, checks only (ctest)
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -77,9 +78,14 @@ int main(int argc, char** argv) {
   const std::vector<int> warp_variants =
       dev::kEmulated ? std::vector<int>{1, 4} : std::vector<int>{2, 4, 8};
 
+  // SPECDEC_DEV_TYPES=Q4_K,Q6_K runs only those types (the whole list takes minutes on a GPU,
+  // most of them the CPU's: weights, references).
+  const char* only = std::getenv("SPECDEC_DEV_TYPES");
   for (const DType type : specdec::all_dtypes()) {
     if (!specdec::cuda::kernels::has_weight_kernels(type)) continue;
     const std::string name = specdec::dtype_name(type);
+    if (only != nullptr && ("," + std::string(only) + ",").find("," + name + ",") == std::string::npos)
+      continue;
     const double bytes_per_weight = static_cast<double>(specdec::dtype_block_bytes(type)) /
                                     static_cast<double>(specdec::dtype_block_elems(type));
     for (const Shape& s : shapes) {

@@ -108,7 +108,7 @@ TEST_CASE("skinny GEMM writes rows of a wider output (ldy)", "[cuda-emu][kernels
     for (int c = 0; c < ldy; ++c) {
       const float v = y[static_cast<std::size_t>(t) * ldy + c];
       if (c < first) {
-        REQUIRE(std::isnan(v));  // untouched (cudaMalloc's 0xFF fill)
+        REQUIRE(std::isnan(v));  // untouched (DeviceBuffer's 0xFF fill)
       } else {
         REQUIRE(v == exact[static_cast<std::size_t>(t) * out + c - first]);
       }

@@ -23,15 +23,19 @@
 
 namespace specdec::test {
 
-/// Device memory for `count` values of T (uninitialised: the emulator fills it with 0xFF).
+/// Device memory for `count` values of T, every byte 0xFF (NaN as f32, f16 and bf16): what a
+/// kernel must not touch or read stays recognisable. (The emulator's cudaMalloc fills with 0xFF
+/// itself; a GPU's leaves whatever was there, so the fill is explicit.)
 template <class T>
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t count) : count_(count) {
     void* p = nullptr;
-    SPECDEC_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(count, 1) * sizeof(T)));
+    const std::size_t bytes = std::max<std::size_t>(count, 1) * sizeof(T);
+    SPECDEC_CUDA_CHECK(cudaMalloc(&p, bytes));
     data_ = static_cast<T*>(p);
+    SPECDEC_CUDA_CHECK(cudaMemset(p, 0xFF, bytes));
   }
   explicit DeviceBuffer(std::span<const T> values) : DeviceBuffer(values.size()) { upload(values); }
   DeviceBuffer(const std::vector<T>& values) : DeviceBuffer(std::span<const T>(values)) {}
