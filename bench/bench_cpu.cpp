@@ -41,10 +41,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "model_bytes.hpp"
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/cpu/transformer.hpp"
 #include "specdec/model/loader.hpp"
-#include "model_bytes.hpp"
 
 namespace {
 

@@ -15,9 +15,10 @@
 //   - prefill: a forward of 512 tokens on an empty cache (cuBLAS path), tokens/s;
 //   - the device round with forced acceptance: the model drafts for itself (a second
 //     Transformer over the same weights), greedy, so every drafted token is accepted; the
-//     measured ms per round against the cost model's k D + T(k + 1), the difference being the
-//     round's overhead (sampling kernels, the one copy to the host, launches that the graphs do
-//     not hide); the same for plain decoding (AutoregressiveDecoder) against T(1);
+//     measured ms per round against its forwards, T(2) + (k - 1) T(1) + T(k + 1) (after a full
+//     acceptance the draft's first step is fed two tokens), the difference being the round's
+//     overhead (sampling kernels, the one copy to the host, launches that the graphs do not
+//     hide); the same for plain decoding (AutoregressiveDecoder) against T(1);
 //   - with --draft D: the same round with D as the draft (its acceptance is whatever the two
 //     models' greedy tokens agree on: with random weights, about none) and the draft step D /
 //     T(1) against their bytes.
@@ -128,29 +129,43 @@ struct RoundResult {
   std::vector<token_t> tokens;  // what the decoding emitted (the same in every run: greedy)
 };
 
-/// Speculative decoding of `new_tokens` tokens after `prompt`, greedy, fixed k; the best of 3
-/// runs (the first also warms up the graphs). predicted_ms: k D + T(k + 1) from `times`.
-RoundResult time_rounds(specdec::cuda::Transformer& draft, specdec::cuda::Transformer& target,
-                        std::size_t k, const std::vector<token_t>& prompt, std::size_t new_tokens,
-                        const specdec::ForwardTimes& times) {
-  specdec::SpeculativeDecoder<specdec::cuda::Transformer, specdec::cuda::Transformer> decoder(
-      draft, target, {.k = k});
+/// The fastest of 3 greedy runs of `decoder` over `new_tokens` tokens after `prompt` (a first
+/// run warms up the graphs and is not counted): its ms per round and its result.
+struct TimedRun {
+  double ms_per_round = 0;
+  specdec::GenerationResult result;
+};
+template <class Decoder>
+TimedRun fastest_greedy_run(Decoder& decoder, const std::vector<token_t>& prompt,
+                            std::size_t new_tokens) {
   specdec::GenerationConfig config;
   config.max_new_tokens = new_tokens;
   config.sampling.temperature = 0.0f;  // greedy
-  RoundResult best;
+  TimedRun best;
   for (int run = 0; run < 4; ++run) {
     specdec::GenerationResult r = decoder.generate(prompt, config);
-    const auto& s = r.stats;
-    if (run == 0 || s.rounds == 0) continue;
-    const double ms = 1e3 * s.decode_seconds / static_cast<double>(s.rounds);
-    if (best.ms_per_round == 0 || ms < best.ms_per_round)
-      best = {ms, static_cast<double>(s.tokens_emitted) / static_cast<double>(s.rounds),
-              s.drafted ? static_cast<double>(s.accepted) / static_cast<double>(s.drafted) : 0.0,
-              1e3 * (static_cast<double>(k) * times.draft + times.target.at(k)),
-              std::move(r.tokens)};
+    if (run == 0 || r.stats.rounds == 0) continue;
+    const double ms = 1e3 * r.stats.decode_seconds / static_cast<double>(r.stats.rounds);
+    if (best.ms_per_round == 0 || ms < best.ms_per_round) best = {ms, std::move(r)};
   }
   return best;
+}
+
+/// Speculative decoding (fixed k) timed by fastest_greedy_run. predicted_ms: the round's forwards
+/// from `times`, k D + T(k + 1), where the first draft step costs `first_step` seconds instead of
+/// D (after a full acceptance the draft is fed two tokens, x_k and the bonus token: D(2)).
+RoundResult time_rounds(specdec::cuda::Transformer& draft, specdec::cuda::Transformer& target,
+                        std::size_t k, const std::vector<token_t>& prompt, std::size_t new_tokens,
+                        const specdec::ForwardTimes& times, double first_step) {
+  specdec::SpeculativeDecoder<specdec::cuda::Transformer, specdec::cuda::Transformer> decoder(
+      draft, target, {.k = k});
+  TimedRun run = fastest_greedy_run(decoder, prompt, new_tokens);
+  const auto& s = run.result.stats;
+  const double rounds = std::max(1.0, static_cast<double>(s.rounds));
+  return {run.ms_per_round, static_cast<double>(s.tokens_emitted) / rounds,
+          s.drafted ? static_cast<double>(s.accepted) / static_cast<double>(s.drafted) : 0.0,
+          1e3 * (first_step + static_cast<double>(k - 1) * times.draft + times.target.at(k)),
+          std::move(run.result.tokens)};
 }
 
 /// "==" or where the two token sequences first differ.
@@ -168,22 +183,12 @@ struct PlainResult {
   std::vector<token_t> tokens;
 };
 
-/// Plain greedy decoding of `new_tokens` tokens: ms per token, the best of 3 runs after a warm-up.
+/// Plain greedy decoding (one token per round) timed by fastest_greedy_run.
 PlainResult plain_decoding(specdec::cuda::Transformer& model, const std::vector<token_t>& prompt,
                            std::size_t new_tokens) {
   specdec::AutoregressiveDecoder<specdec::cuda::Transformer> decoder(model);
-  specdec::GenerationConfig config;
-  config.max_new_tokens = new_tokens;
-  config.sampling.temperature = 0.0f;  // greedy
-  PlainResult best;
-  for (int run = 0; run < 4; ++run) {
-    specdec::GenerationResult r = decoder.generate(prompt, config);
-    const double ms =
-        1e3 * r.stats.decode_seconds / static_cast<double>(std::max<std::size_t>(1, r.stats.rounds));
-    if (run > 0 && (best.ms_per_token == 0 || ms < best.ms_per_token))
-      best = {ms, std::move(r.tokens)};
-  }
-  return best;
+  TimedRun run = fastest_greedy_run(decoder, prompt, new_tokens);
+  return {run.ms_per_round, std::move(run.result.tokens)};
 }
 
 }  // namespace
@@ -240,8 +245,7 @@ int main(int argc, char** argv) try {
     const std::size_t weight_bytes =
         specdec::bench::weight_bytes_per_forward(loaded.config, *loaded.weights);
     const std::size_t kv_bytes = specdec::bench::kv_bytes_per_forward(
-        loaded.config, context + 1,
-        model.options().kv == specdec::cuda::Options::Kv::f16 ? 2 : 4);
+        loaded.config, context + 1, model.options().kv == specdec::cuda::Options::Kv::f16 ? 2 : 4);
     const std::string label = loaded.name.empty() ? path : loaded.name;
 
     // T(1) .. T(max_n) after `context` positions, each to its completion point.
@@ -251,10 +255,11 @@ int main(int argc, char** argv) try {
     const double roofline = static_cast<double>(weight_bytes + kv_bytes) / (device.peak_gbs * 1e9);
     const double roofline_copy =
         static_cast<double>(weight_bytes + kv_bytes) / (device.copy_gbs * 1e9);
-    fmt::print("\n{}: weights read per step {:.1f} MB, KV {:.1f} MB, {} MB on the device\n",
-               label, weight_bytes / 1e6, kv_bytes / 1e6, model.device_bytes() / 1000000);
+    fmt::print("\n{}: weights read per step {:.1f} MB, KV {:.1f} MB, {} MB on the device\n", label,
+               weight_bytes / 1e6, kv_bytes / 1e6, model.device_bytes() / 1000000);
     fmt::print(
-        "  T(1) = {:.3f} ms ({:.0f} tok/s); roofline {:.3f} ms = {:.2f} of T(1) at the peak, {:.2f} "
+        "  T(1) = {:.3f} ms ({:.0f} tok/s); roofline {:.3f} ms = {:.2f} of T(1) at the peak, "
+        "{:.2f} "
         "at the copy's bandwidth; achieved {:.0f} GB/s\n",
         1e3 * t1, 1.0 / t1, 1e3 * roofline, roofline / t1, roofline_copy / t1,
         static_cast<double>(weight_bytes + kv_bytes) / t1 / 1e9);
@@ -276,23 +281,27 @@ int main(int argc, char** argv) try {
                           {"roofline_fraction_copy", roofline_copy / t1}};
     if (prefill > 0) {
       const double ms = prefill_ms(model, prefill, 5);
-      fmt::print("  prefill {} tokens: {:.2f} ms = {:.0f} tok/s\n", prefill, ms, 1e3 * prefill / ms);
+      fmt::print("  prefill {} tokens: {:.2f} ms = {:.0f} tok/s\n", prefill, ms,
+                 1e3 * prefill / ms);
       row["prefill_tokens"] = prefill;
       row["prefill_ms"] = ms;
     }
     const std::vector<token_t> prompt = prompt_ids(context, loaded.config.vocab_size);
     const PlainResult plain_result = plain_decoding(model, prompt, round_tokens);
     const double plain = plain_result.ms_per_token;
-    fmt::print("  plain greedy decoding: {:.3f} ms/token, T(1) {:.3f} ms: overhead {:.1f} us/token\n",
-               plain, 1e3 * t1, 1e3 * (plain - 1e3 * t1));
+    fmt::print(
+        "  plain greedy decoding: {:.3f} ms/token, T(1) {:.3f} ms: overhead {:.1f} us/token\n",
+        plain, 1e3 * t1, 1e3 * (plain - 1e3 * t1));
     row["plain_ms_per_token"] = plain;
     if (round_k > 0) {
       specdec::cuda::Transformer self_draft(loaded, {.context_length = model.context_length()});
-      const RoundResult r = time_rounds(self_draft, model, round_k, prompt, round_tokens, times);
+      // Every round is a full acceptance: its first draft step is a forward of 2 tokens, T(2).
+      const RoundResult r =
+          time_rounds(self_draft, model, round_k, prompt, round_tokens, times, times.target[1]);
       fmt::print(
           "  forced acceptance (the model drafts for itself), k = {}: {:.3f} ms/round, {:.2f} "
-          "tokens/round, acceptance {:.3f}; cost model k D + T(k+1) = {:.3f} ms: overhead {:.1f} "
-          "us/round\n",
+          "tokens/round, acceptance {:.3f}; forwards T(2) + (k-1) T(1) + T(k+1) = {:.3f} ms: "
+          "overhead {:.1f} us/round\n",
           round_k, r.ms_per_round, r.tokens_per_round, r.acceptance, r.predicted_ms,
           1e3 * (r.ms_per_round - r.predicted_ms));
       const bool same = r.tokens == plain_result.tokens;
@@ -311,13 +320,14 @@ int main(int argc, char** argv) try {
           fmt::print("  --draft: vocabulary {} != {}, skipped\n", draft_file->config.vocab_size,
                      loaded.config.vocab_size);
         } else {
-          specdec::cuda::Transformer draft(*draft_file,
-                                           {.context_length = model.context_length()});
-          specdec::ForwardTimes pair = specdec::measure_forward_times(model, &draft, round_k,
-                                                                      context, repeats);
+          specdec::cuda::Transformer draft(*draft_file, {.context_length = model.context_length()});
+          specdec::ForwardTimes pair =
+              specdec::measure_forward_times(model, &draft, round_k, context, repeats);
           const std::size_t draft_bytes =
               specdec::bench::weight_bytes_per_forward(draft_file->config, *draft_file->weights);
-          const RoundResult d = time_rounds(draft, model, round_k, prompt, round_tokens, pair);
+          // (Rounds that end in a full acceptance are rare with an unrelated draft: D for all.)
+          const RoundResult d =
+              time_rounds(draft, model, round_k, prompt, round_tokens, pair, pair.draft);
           const bool draft_same = d.tokens == plain_result.tokens;
           greedy_mismatches += draft_same ? 0 : 1;
           fmt::print(
@@ -326,18 +336,17 @@ int main(int argc, char** argv) try {
               "tokens {} plain decoding's\n",
               *draft_path, 1e3 * pair.draft, pair.draft / pair.target[0],
               static_cast<double>(draft_bytes) / static_cast<double>(weight_bytes), round_k,
-              d.ms_per_round, d.acceptance, d.predicted_ms,
-              1e3 * (d.ms_per_round - d.predicted_ms),
+              d.ms_per_round, d.acceptance, d.predicted_ms, 1e3 * (d.ms_per_round - d.predicted_ms),
               compare_tokens(d.tokens, plain_result.tokens));
-          row["draft_round"] = {{"draft", *draft_path},
-                                {"greedy_identical", draft_same},
-                                {"draft_step_seconds", pair.draft},
-                                {"draft_step_over_T1", pair.draft / pair.target[0]},
-                                {"bytes_ratio", static_cast<double>(draft_bytes) /
-                                                    static_cast<double>(weight_bytes)},
-                                {"ms_per_round", d.ms_per_round},
-                                {"acceptance", d.acceptance},
-                                {"predicted_ms", d.predicted_ms}};
+          row["draft_round"] = {
+              {"draft", *draft_path},
+              {"greedy_identical", draft_same},
+              {"draft_step_seconds", pair.draft},
+              {"draft_step_over_T1", pair.draft / pair.target[0]},
+              {"bytes_ratio", static_cast<double>(draft_bytes) / static_cast<double>(weight_bytes)},
+              {"ms_per_round", d.ms_per_round},
+              {"acceptance", d.acceptance},
+              {"predicted_ms", d.predicted_ms}};
         }
       }
     }
@@ -356,8 +365,9 @@ int main(int argc, char** argv) try {
     if (!out) throw specdec::Error("bench_cuda: cannot write " + *json_path);
   }
   if (greedy_mismatches > 0)
-    throw specdec::Error(fmt::format(
-        "{} greedy speculative run(s) emitted other tokens than plain decoding", greedy_mismatches));
+    throw specdec::Error(
+        fmt::format("{} greedy speculative run(s) emitted other tokens than plain decoding",
+                    greedy_mismatches));
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_cuda: %s\n", e.what());

@@ -9,12 +9,13 @@
 // llama-68m (dim 768, 2 layers, 12 heads, FFN 3072, vocab 32000), and the Qwen2.5 (qwen2
 // architecture: q/k/v biases, tied embeddings, rope base 1e6) shapes qwen2.5-1.5b (dim 1536, 28
 // layers, 12 heads, 2 KV heads, FFN 8960, vocab 151936) and qwen2.5-0.5b (dim 896, 24 layers, 14
-// heads, 2 KV heads, FFN 4864, vocab 151936), as in the official Qwen2.5(-Coder) GGUF files. Types: any of llama.cpp's
-// presets (specdec/model/quant_mix.hpp: F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K, ...):
-// each tensor takes the type llama-quantize would give it (the K-quant mixes put Q6_K on the
-// output head and on some attn_v / ffn_down, ...); norms stay F32. The file is streamed tensor by
-// tensor, 64 MiB of rows at a time quantised by all CPUs. Weights are uniform with variance 1 /
-// fan-in (unit-scale activations, no denormals that could slow the arithmetic down).
+// heads, 2 KV heads, FFN 4864, vocab 151936), as in the official Qwen2.5(-Coder) GGUF files. Types:
+// any of llama.cpp's presets (specdec/model/quant_mix.hpp: F32, F16, BF16, Q8_0, Q4_0, Q4_K_M,
+// Q5_K_M, Q6_K, ...): each tensor takes the type llama-quantize would give it (the K-quant mixes
+// put Q6_K on the output head and on some attn_v / ffn_down, ...); norms stay F32. The file is
+// streamed tensor by tensor, 64 MiB of rows at a time quantised by all CPUs. Weights are uniform
+// with variance 1 / fan-in (unit-scale activations, no denormals that could slow the arithmetic
+// down).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -281,9 +282,9 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes)
       if (shape_name == s.name) shape = &s;
     if (shape == nullptr)
-      throw specdec::Error(
-          fmt::format("--shape {}: expected tinyllama-1.1b, llama-68m, qwen2.5-1.5b or qwen2.5-0.5b",
-                      shape_name));
+      throw specdec::Error(fmt::format(
+          "--shape {}: expected tinyllama-1.1b, llama-68m, qwen2.5-1.5b or qwen2.5-0.5b",
+          shape_name));
     const specdec::QuantPreset* preset = specdec::find_quant_preset(type_name);
     if (preset == nullptr)
       throw specdec::Error(

@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
   for (const DType type : specdec::all_dtypes()) {
     if (!specdec::cuda::kernels::has_weight_kernels(type)) continue;
     const std::string name = specdec::dtype_name(type);
-    if (only != nullptr && ("," + std::string(only) + ",").find("," + name + ",") == std::string::npos)
+    if (only != nullptr &&
+        ("," + std::string(only) + ",").find("," + name + ",") == std::string::npos)
       continue;
     const double bytes_per_weight = static_cast<double>(specdec::dtype_block_bytes(type)) /
                                     static_cast<double>(specdec::dtype_block_elems(type));

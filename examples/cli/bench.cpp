@@ -448,7 +448,8 @@ void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalProm
         last_group = group;
       }
       const bool base = r["drafter"] == "none";
-      const bool model = split_draft_time && (r["drafter"] == "model" || r["drafter"] == "ngram+model");
+      const bool model =
+          split_draft_time && (r["drafter"] == "model" || r["drafter"] == "ngram+model");
       fmt::print(
           "  {:<44} {:>7.1f} {:>7.2f}x {:>9.2f}x {:>11} {:>12.2f} {:>8.2f} {:>8} {:>8.1f} {:>6} "
           "{:>5.1f} {:>6.1f}\n",

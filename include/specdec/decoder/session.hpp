@@ -501,7 +501,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   /// and without the wait its time would be counted in the first round instead of the prefill.
   void wait_for_models() {
     specdec::synchronize(*target_);
-    if constexpr (requires(DrafterType& d) { d.model(); })
+    if constexpr (requires(DrafterType & d) { d.model(); })
       specdec::synchronize(drafter_.get().model());
   }
 

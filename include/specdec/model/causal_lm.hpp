@@ -53,7 +53,14 @@ inline constexpr Memory logits_memory_v<M> = M::logits_memory;
 /// A model with device logits must have one (CausalLM checks); a host model computes its logits
 /// before forward() returns and needs none.
 template <class M>
-concept HasCompletionPoint = requires(M& m) { m.synchronize(); };
+concept HasCompletionPoint = requires(M& m) {
+  m.synchronize();
+};
+
+/// A model whose work a host clock can time: its logits are on the host (forward() finishes before
+/// it returns) or it has a completion point.
+template <class M>
+concept Synchronizable = (logits_memory_v<M> == Memory::host) || HasCompletionPoint<M>;
 
 /// A causal language model with a KV cache.
 ///  - forward(t) appends the tokens t after the cached prefix and returns one logits row per token;
@@ -67,7 +74,8 @@ concept CausalLM = requires(M& m, const M& cm, std::span<const token_t> t, std::
   { cm.cached() } -> std::convertible_to<std::size_t>;
   { m.forward(t) } -> std::same_as<LogitsView>;
   {m.rollback(n)};
-} && (logits_memory_v<M> == Memory::host || HasCompletionPoint<M>);
+  requires Synchronizable<M>;
+};
 
 /// The completion point of any model: M::synchronize() where the type has one (a device model:
 /// waits for its stream), nothing otherwise (a host model's forward() has finished on return).
