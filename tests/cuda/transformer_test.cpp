@@ -11,6 +11,7 @@
 #include "model_f16.hpp"
 #include "specdec/cpu/transformer.hpp"
 #include "specdec/cuda/transformer.hpp"
+#include "specdec/decoder/cost_model.hpp"
 #include "support.hpp"
 
 namespace {
@@ -221,4 +222,31 @@ TEST_CASE("cuda::Transformer takes token ids in device memory and captures step 
   specdec::cuda::StepEpilogue keyless;
   keyless.enqueue = epilogue.enqueue;
   CHECK_THROWS_AS(m.forward(std::vector<token_t>{1}, &keyless), specdec::Error);
+}
+
+// The cost table of a device model: cuda::Transformer has a completion point (CausalLM requires
+// one of a model with device logits), measure_forward_times waits for it around every timed
+// forward, and the caches are left empty. (That the times are GPU work, not launches, is what
+// the completion point gives; tests/decoder checks measure_forward_times waits for it.)
+static_assert(specdec::HasCompletionPoint<specdec::cuda::Transformer>);
+TEST_CASE("measure_forward_times on cuda::Transformer", "[cuda-emu][transformer]") {
+  const auto model = load_f16("draft-f32.gguf");
+  if (!model) {
+    WARN("tinyllama-pair not found: skipped");
+    return;
+  }
+  auto options = emulator_friendly();
+  options.context_length = 16;
+  specdec::cuda::Transformer target(model->config, model->store, options);
+  specdec::cuda::Transformer draft(model->config, model->store, options);
+  const specdec::ForwardTimes t = specdec::measure_forward_times(target, &draft, 2, 4, 1);
+  REQUIRE(t.target.size() == 3);
+  for (const double seconds : t.target) CHECK(seconds > 0.0);
+  CHECK(t.draft > 0.0);
+  CHECK(target.cached() == 0);
+  CHECK(draft.cached() == 0);
+  // The models still work after the timing: a forward gives the logits of a fresh one.
+  specdec::cuda::Transformer fresh(model->config, model->store, options);
+  const std::vector<token_t> tokens{1, 2, 3};
+  CHECK(host_copy(target, target.forward(tokens)) == host_copy(fresh, fresh.forward(tokens)));
 }
