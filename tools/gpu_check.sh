@@ -255,8 +255,8 @@ done
 # Logits, GPU against CPU, on the K-quant models of every shape and on the other types of the
 # smallest (each comparison loads the model twice: a few seconds each).
 # Quantised weights: the CPU backend quantises the activations to 8 bits (the emulated tests'
-# 5e-2); BF16: it rounds them to bf16 where the CPU multiplies in bf16 (AVX512-BF16: 5e-3 seen
-# under the emulator).
+# 5e-2); BF16: it rounds them to bf16 where the CPU has AVX512_BF16 or AMX (docs/cpu.md; 5e-3
+# seen under the emulator, 8e-3 on an H100 machine).
 for shape in "${shapes[@]}"; do
   for type in "${types[@]}"; do
     f=$models_dir/$shape-$type.gguf
