@@ -21,8 +21,8 @@
 // Device models (--backend cuda): the cost table waits for each forward's completion point
 // (specdec::synchronize), so T(n) and the draft step are GPU time. During decoding the draft's
 // steps are enqueued without a wait and the round waits once, for its outcome: the draft's GPU
-// time then falls in the verify column, so the table shows the draft and verify of a round
-// together ("draft+verify") and no separate draft time (JSON: null).
+// time then falls in the verify columns, which hold draft + verify, and the draft columns stay
+// empty (JSON: null).
 
 #include <unistd.h>
 
