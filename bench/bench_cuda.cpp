@@ -31,7 +31,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -103,25 +102,6 @@ std::vector<token_t> prompt_ids(std::size_t n, std::size_t vocab) {
   std::vector<token_t> ids(n);
   for (std::size_t i = 0; i < n; ++i) ids[i] = static_cast<token_t>((i * 7919 + 13) % vocab);
   return ids;
-}
-
-/// Milliseconds of a forward of `tokens` tokens on an empty cache (median of `repeats`).
-double prefill_ms(specdec::cuda::Transformer& model, std::size_t tokens, std::size_t repeats) {
-  const std::vector<token_t> ids = prompt_ids(tokens, model.vocab_size());
-  std::vector<double> ms;
-  for (std::size_t r = 0; r < repeats + 1; ++r) {
-    model.rollback(0);
-    model.synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)model.forward(ids);
-    model.synchronize();
-    if (r > 0)
-      ms.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  model.rollback(0);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 struct RoundResult {
@@ -280,7 +260,10 @@ int main(int argc, char** argv) try {
                           {"roofline_fraction_peak", roofline / t1},
                           {"roofline_fraction_copy", roofline_copy / t1}};
     if (prefill > 0) {
-      const double ms = prefill_ms(model, prefill, 5);
+      // A forward of `prefill` tokens on the empty cache (measure_forward_times left it so),
+      // timed like the cost table's forwards: one warm-up, then the median of 5.
+      (void)specdec::detail::time_forward(model, 0, prefill, 1);
+      const double ms = 1e3 * specdec::detail::time_forward(model, 0, prefill, 5);
       fmt::print("  prefill {} tokens: {:.2f} ms = {:.0f} tok/s\n", prefill, ms,
                  1e3 * prefill / ms);
       row["prefill_tokens"] = prefill;
