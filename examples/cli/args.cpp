@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
+#include "common.hpp"
 #include "options.hpp"
 
 namespace specdec::cli {
@@ -27,90 +28,203 @@ constexpr Alias kAliases[] = {
     {"-sys", "--system-prompt"}, {"-np", "--parallel"},
 };
 
-/// llama.cpp flags that specdec does not have: all their names, the long one first, and why.
-struct Unsupported {
+// ------------------------------------------------------------------------ llama.cpp flags
+
+/// What a llama.cpp flag that specdec does not declare means here: refused with the reason, or
+/// accepted and ignored with a note, because it asks for what specdec does anyway. One row per
+/// llama.cpp flag: its names, the long one first (the name a message gives after the one typed).
+struct LlamaFlag {
   std::vector<std::string_view> names;
-  std::string_view why;
+  bool takes_value;
+  std::string_view why;  ///< refused: why (empty: ignored everywhere)
+  /// ignored: what specdec does instead (empty: refused everywhere)
+  std::string_view note = {};
+  /// With a note: the commands where it is ignored (empty: all); refused in the others.
+  std::vector<std::string_view> ignored_in = {};
+  /// Refused flags: the value that switches the feature off in llama.cpp, accepted with a note
+  /// (a wrapper script that spells out llama.cpp's defaults runs unchanged).
+  std::optional<double> neutral = std::nullopt;
 };
-const std::vector<Unsupported>& unsupported_flags() {
-  static const std::vector<Unsupported> table = {
-      {{"--n-gpu-layers", "-ngl", "--gpu-layers", "--n-gpu-layers-draft", "-ngld",
-        "--gpu-layers-draft", "--spec-draft-ngl", "--device", "-dev", "--split-mode", "-sm",
-        "--tensor-split", "-ts", "--main-gpu", "-mg", "--override-tensor", "-ot", "--no-kv-offload",
-        "-nkvo"},
-       "specdec runs whole models on one backend: --backend cuda puts target and draft, every "
-       "layer, on the GPU, --backend cpu on the CPU"},
-      {{"--flash-attn", "-fa"}, "specdec's CPU attention has no alternative kernel to switch to"},
-      {{"--batch-size", "-b"}, "the prompt is evaluated in steps of 256 tokens, not configurable"},
-      {{"--ubatch-size", "-ub"},
-       "the prompt is evaluated in steps of 256 tokens, not configurable"},
-      {{"--threads-batch", "-tb"}, "one thread count per model serves prompt and generation (-t)"},
-      {{"--mlock", "--no-mmap", "--mmap"}, "specdec always reads the model files memory-mapped"},
-      {{"--parallel", "-np", "--cont-batching", "-cb"},
-       "this command decodes one sequence at a time (specdec serve --parallel N serves several, "
-       "batched)"},
-      {{"--conversation", "-cnv", "--no-conversation", "-no-cnv", "--interactive", "-i",
-        "--interactive-first", "-if", "--single-turn", "-st", "--multiline-input", "-mli",
-        "--in-prefix", "--in-suffix", "--in-prefix-bos"},
-       "specdec chat is the conversation mode (generate --chat answers one message); a line "
-       "ending with \\ continues a message"},
-      {{"--jinja", "--no-jinja", "--chat-template-file", "--chat-template-kwargs"},
-       "specdec has no Jinja engine: it renders the chat template families it knows "
-       "(--chat-template NAME, docs/cli.md)"},
-      {{"--system-prompt-file", "-sysf"}, "give the system message with --system TEXT"},
-      {{"--repeat-penalty",
-        "--repeat-last-n",
-        "--presence-penalty",
-        "--frequency-penalty",
-        "--mirostat",
-        "--mirostat-lr",
-        "--mirostat-ent",
-        "--typical",
-        "--top-nsigma",
-        "--xtc-probability",
-        "--xtc-threshold",
-        "--dry-multiplier",
-        "--dry-base",
-        "--dry-allowed-length",
-        "--dry-penalty-last-n",
-        "--dry-sequence-breaker",
-        "--dynatemp-range",
-        "--dynatemp-exp",
-        "--samplers",
-        "--sampler-seq",
-        "--sampling-seq",
-        "--logit-bias",
-        "-l",
-        "--grammar",
-        "--grammar-file",
-        "--json-schema",
-        "-j"},
-       "specdec samples with --temp, --top-k, --top-p and --min-p only, applied alike to target "
-       "and draft (which keeps speculative decoding exact)"},
-      {{"--draft-p-min", "--spec-draft-p-min", "--draft-p-split", "--spec-draft-p-split",
-        "--spec-type"},
-       "specdec drafts k tokens per round, fixed (-k / --draft-max) or adaptive (--adaptive); "
-       "--draft MODEL or --ngram N choose the drafter"},
-      {{"--cache-type-k-draft", "-ctkd", "--cache-type-v-draft", "-ctvd"},
-       "--cache-type-k and --cache-type-v set the KV cache type of both models"},
-      {{"--hf-repo", "-hf", "-hfr", "--hf-file", "-hff", "--hf-repo-draft", "-hfd", "-hfrd",
-        "--model-url", "-mu", "--hf-token", "-hft"},
-       "specdec does not download models: give a local .gguf file or Hugging Face folder"},
-      {{"--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled"},
-       "specdec does not apply adapters"},
-      {{"--cpu-mask", "-C", "--cpu-range", "-Cr", "--cpu-strict", "--numa", "--prio", "--poll"},
-       "specdec leaves thread placement to the OS (use taskset to pin)"},
-      {{"--keep", "--context-shift", "--no-context-shift", "--prompt-cache", "--prompt-cache-all",
-        "--prompt-cache-ro"},
-       "generation stops when the context is full (raise -c); there is no context shifting or "
-       "prompt cache"},
+
+constexpr std::string_view kOneBackend =
+    "specdec runs whole models on one backend: --backend cuda puts target and draft, every "
+    "layer, on the GPU, --backend cpu on the CPU";
+constexpr std::string_view kSamplers =
+    "specdec samples with --temp, --top-k, --top-p and --min-p only, applied alike to target and "
+    "draft (which keeps speculative decoding exact)";
+constexpr std::string_view kConversation =
+    "specdec chat is the conversation mode (generate --chat answers one message); a line ending "
+    "with \\ continues a message";
+constexpr std::string_view kOneAnswer =
+    "specdec generate answers once (specdec chat is the conversation mode)";
+constexpr std::string_view kPromptSteps =
+    "the prompt is evaluated in steps of 256 tokens, not configurable";
+constexpr std::string_view kNoDownload =
+    "specdec does not download models: give a local .gguf file or Hugging Face folder";
+constexpr std::string_view kPlacement =
+    "specdec leaves thread placement to the OS (use taskset to pin)";
+constexpr std::string_view kNoShift =
+    "generation stops when the context is full (raise -c); there is no context shifting or "
+    "prompt cache";
+constexpr std::string_view kDrafting =
+    "specdec drafts k tokens per round, fixed (-k / --draft-max) or adaptive (--adaptive); "
+    "--draft MODEL or --ngram N choose the drafter";
+constexpr std::string_view kNoJinja =
+    "specdec has no Jinja engine: it renders the chat template families it knows "
+    "(--chat-template NAME, docs/cli.md)";
+constexpr std::string_view kOneSequence =
+    "this command decodes one sequence at a time (specdec serve --parallel N serves several, "
+    "batched)";
+constexpr std::string_view kBothCaches =
+    "--cache-type-k and --cache-type-v set the KV cache type of both models";
+constexpr std::string_view kNoAdapters = "specdec does not apply adapters";
+
+const std::vector<LlamaFlag>& llama_flags() {
+  static const std::vector<LlamaFlag> table = {
+      // Placement on devices (-ngl and -ngld: see gpu_layers_flag()).
+      {{"--n-gpu-layers", "-ngl", "--gpu-layers"}, true, kOneBackend},
+      {{"--n-gpu-layers-draft", "-ngld", "--gpu-layers-draft", "--spec-draft-ngl"},
+       true,
+       kOneBackend},
+      {{"--device", "-dev"}, true, kOneBackend},
+      {{"--split-mode", "-sm"}, true, kOneBackend},
+      {{"--tensor-split", "-ts"}, true, kOneBackend},
+      {{"--main-gpu", "-mg"}, true, kOneBackend},
+      {{"--override-tensor", "-ot"}, true, kOneBackend},
+      {{"--no-kv-offload", "-nkvo"}, false, kOneBackend},
+      // Performance settings with one fixed answer in specdec: the output is the same.
+      {{"--flash-attn", "-fa"},
+       true,
+       {},
+       "specdec's attention is one fused kernel; the output is the same either way"},
+      {{"--batch-size", "-b"}, true, {}, kPromptSteps},
+      {{"--ubatch-size", "-ub"}, true, {}, kPromptSteps},
+      {{"--threads-batch", "-tb"},
+       true,
+       {},
+       "one thread count per model (-t) serves prompt and generation"},
+      {{"--mmap"}, false, {}, "specdec always reads model files memory-mapped"},
+      {{"--no-mmap"},
+       false,
+       {},
+       "specdec always reads model files memory-mapped; the output is the same"},
+      {{"--mlock"},
+       false,
+       "specdec reads the model files memory-mapped and does not lock them in memory"},
+      {{"--no-warmup"},
+       false,
+       {},
+       "specdec runs no warm-up pass (the first round's time is in the statistics)"},
+      {{"--perf"}, false, {}, "specdec always prints its statistics (stderr, --json)"},
+      {{"--no-perf"}, false, {}, "the statistics line is hidden by --log-disable or -lv 2"},
+      {{"--cont-batching", "-cb"},
+       false,
+       kOneSequence,
+       "specdec serve batches the rounds of its slots continuously",
+       {"serve"}},
+      {{"--no-cont-batching", "-nocb"}, false, kOneSequence},
+      {{"--parallel", "-np"}, true, kOneSequence},
+      // Conversation.
+      {{"--conversation", "-cnv"}, false, kConversation},
+      {{"--no-conversation", "-no-cnv"},
+       false,
+       "specdec chat is always a conversation (specdec generate --chat answers one message)",
+       kOneAnswer,
+       {"generate"}},
+      {{"--single-turn", "-st"},
+       false,
+       "specdec chat goes on until /exit or Ctrl-D (generate --chat answers one message)",
+       kOneAnswer,
+       {"generate"}},
+      {{"--interactive", "-i"}, false, kConversation},
+      {{"--interactive-first", "-if"}, false, kConversation},
+      {{"--multiline-input", "-mli"}, false, kConversation},
+      {{"--in-prefix"}, true, kConversation},
+      {{"--in-suffix"}, true, kConversation},
+      {{"--in-prefix-bos"}, false, kConversation},
+      {{"--jinja"},
+       false,
+       {},
+       "specdec renders the chat template families it knows natively (--chat-template NAME, "
+       "docs/cli.md)"},
+      {{"--no-jinja"},
+       false,
+       {},
+       "specdec renders the chat template families it knows natively (--chat-template NAME)"},
+      {{"--chat-template-file"}, true, kNoJinja},
+      {{"--chat-template-kwargs"}, true, kNoJinja},
+      {{"--system-prompt-file", "-sysf"}, true, "give the system message with --system TEXT"},
+      // Samplers specdec does not have; llama.cpp's "off" values pass.
+      {{"--repeat-penalty"}, true, kSamplers, {}, {}, 1.0},
+      {{"--repeat-last-n"},
+       true,
+       {},
+       "specdec applies no repetition penalty: the window has nothing to count"},
+      {{"--presence-penalty"}, true, kSamplers, {}, {}, 0.0},
+      {{"--frequency-penalty"}, true, kSamplers, {}, {}, 0.0},
+      {{"--mirostat"}, true, kSamplers, {}, {}, 0.0},
+      {{"--mirostat-lr"}, true, kSamplers},
+      {{"--mirostat-ent"}, true, kSamplers},
+      {{"--typical"}, true, kSamplers, {}, {}, 1.0},
+      {{"--top-nsigma"}, true, kSamplers, {}, {}, -1.0},
+      {{"--xtc-probability"}, true, kSamplers, {}, {}, 0.0},
+      {{"--xtc-threshold"}, true, kSamplers},
+      {{"--dry-multiplier"}, true, kSamplers, {}, {}, 0.0},
+      {{"--dry-base"}, true, kSamplers},
+      {{"--dry-allowed-length"}, true, kSamplers},
+      {{"--dry-penalty-last-n"}, true, kSamplers},
+      {{"--dry-sequence-breaker"}, true, kSamplers},
+      {{"--dynatemp-range"}, true, kSamplers, {}, {}, 0.0},
+      {{"--dynatemp-exp"}, true, kSamplers},
+      {{"--samplers"}, true, kSamplers},
+      {{"--sampling-seq", "--sampler-seq"}, true, kSamplers},
+      {{"--logit-bias", "-l"}, true, kSamplers},
+      {{"--grammar"}, true, kSamplers},
+      {{"--grammar-file"}, true, kSamplers},
+      {{"--json-schema", "-j"}, true, kSamplers},
+      {{"--json-schema-file", "-jf"}, true, kSamplers},
+      // Drafting.
+      {{"--draft-p-min", "--spec-draft-p-min"}, true, kDrafting},
+      {{"--draft-p-split", "--spec-draft-p-split"}, true, kDrafting},
+      {{"--spec-type"}, true, kDrafting},
+      {{"--cache-type-k-draft", "-ctkd"}, true, kBothCaches},
+      {{"--cache-type-v-draft", "-ctvd"}, true, kBothCaches},
+      // Downloads, adapters, placement, context.
+      {{"--hf-repo", "-hf", "-hfr"}, true, kNoDownload},
+      {{"--hf-file", "-hff"}, true, kNoDownload},
+      {{"--hf-repo-draft", "-hfd", "-hfrd"}, true, kNoDownload},
+      {{"--model-url", "-mu"}, true, kNoDownload},
+      {{"--hf-token", "-hft"}, true, kNoDownload},
+      {{"--lora"}, true, kNoAdapters},
+      {{"--lora-scaled"}, true, kNoAdapters},
+      {{"--control-vector"}, true, kNoAdapters},
+      {{"--control-vector-scaled"}, true, kNoAdapters},
+      {{"--cpu-mask", "-C"}, true, kPlacement},
+      {{"--cpu-range", "-Cr"}, true, kPlacement},
+      {{"--cpu-strict"}, true, kPlacement},
+      {{"--numa"}, true, kPlacement},
+      {{"--prio"}, true, kPlacement},
+      {{"--poll"}, true, kPlacement},
+      {{"--keep"}, true, kNoShift},
+      {{"--context-shift"}, false, kNoShift},
+      {{"--no-context-shift"},
+       false,
+       {},
+       "specdec never shifts the context: generation stops when it is full"},
+      {{"--prompt-cache"}, true, kNoShift},
+      {{"--prompt-cache-all"}, false, kNoShift},
+      {{"--prompt-cache-ro"}, false, kNoShift},
+      // Logging: the cosmetic ones (the others: logging_flag() below).
+      {{"--log-colors"}, true, {}, "specdec colours only its streamed text (--color)"},
+      {{"--log-prefix"}, false, {}, "specdec's messages start with \"specdec:\""},
+      {{"--log-timestamps"}, false, {}, "specdec's messages carry no timestamps"},
   };
   return table;
 }
 
-const Unsupported* find_unsupported(std::string_view name) {
-  for (const Unsupported& u : unsupported_flags())
-    if (std::find(u.names.begin(), u.names.end(), name) != u.names.end()) return &u;
+const LlamaFlag* find_llama_flag(std::string_view name) {
+  for (const LlamaFlag& f : llama_flags())
+    if (std::find(f.names.begin(), f.names.end(), name) != f.names.end()) return &f;
   return nullptr;
 }
 
@@ -174,12 +288,72 @@ std::optional<std::string> nearest(const std::string& typed, std::span<const std
                                cmd.get_name()));
 }
 
-[[noreturn]] void unsupported_flag(const std::string& typed, const Unsupported& u) {
-  const std::string_view long_name = u.names.front();
+[[noreturn]] void refuse(const std::string& typed, const LlamaFlag& f, std::string_view why) {
+  const std::string_view long_name = f.names.front();
   throw UsageError(fmt::format("{} ({}) is not supported: {}", typed,
                                typed == long_name ? std::string("a llama.cpp flag")
                                                   : fmt::format("llama.cpp's {}", long_name),
-                               u.why));
+                               why));
+}
+
+/// What normalize_args() learnt from the flags it took out of the command line.
+struct Taken {
+  std::vector<std::string> notes;   ///< "-fa on: ignored: ..." (printed once logging is known)
+  std::vector<std::string> append;  ///< rewritten flags for CLI11 (-ngl 0 -> --backend cpu)
+};
+
+/// llama.cpp's logging flags: -v / --verbose / --log-verbose (everything), -lv / --verbosity /
+/// --log-verbosity N (its levels: 1 errors, 2 warnings, 3 information, 4 debug), --log-disable
+/// (errors only) and --log-file FILE (stderr goes to FILE). Returns false for other names.
+bool logging_flag(const std::string& name, const std::optional<std::string>& value,
+                  const std::string& typed) {
+  if (name == "-v" || name == "--verbose" || name == "--log-verbose") {
+    set_log_threshold(LogLevel::debug);
+  } else if (name == "-lv" || name == "--verbosity" || name == "--log-verbosity") {
+    const auto n = value ? parse_number(*value) : std::nullopt;
+    if (!n || *n < 0 || std::floor(*n) != *n)
+      throw UsageError(
+          fmt::format("{}: the verbosity is a whole number >= 0 (1 errors, 2 "
+                      "warnings, 3 information, 4 debug), got {}",
+                      typed, value.value_or("nothing")));
+    set_log_threshold(static_cast<int>(std::min(*n, 100.0)));
+  } else if (name == "--log-disable") {
+    set_log_threshold(LogLevel::error);
+  } else if (name == "--log-file") {
+    redirect_stderr(*value);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/// -ngl / -ngld N: 0 keeps every layer on the CPU (--backend cpu); any other count asks for
+/// the GPU, which --backend chooses for whole models. Refused by commands without --backend.
+bool is_gpu_layers_flag(const LlamaFlag& row) {
+  return row.names.front() == "--n-gpu-layers" || row.names.front() == "--n-gpu-layers-draft";
+}
+void gpu_layers_flag(const std::string& typed, const LlamaFlag& row, const std::string& value,
+                     const CLI::App& cmd, Taken& taken) {
+  if (cmd.get_option_no_throw("--backend") == nullptr) refuse(typed, row, row.why);
+  const auto n = parse_number(value);
+  if (n && *n == 0) {
+    taken.append.insert(taken.append.end(), {"--backend", "cpu"});
+    taken.notes.push_back(fmt::format("{} 0: the models run on the CPU (--backend cpu)", typed));
+  } else {
+    taken.notes.push_back(
+        fmt::format("{} {}: ignored: {} (cuda is the default when a GPU is "
+                    "present)",
+                    typed, value, row.why));
+  }
+}
+
+/// Names logging_flag() reads and whether each takes a value.
+std::optional<bool> logging_flag_takes_value(const std::string& name) {
+  if (name == "-v" || name == "--verbose" || name == "--log-verbose" || name == "--log-disable")
+    return false;
+  if (name == "-lv" || name == "--verbosity" || name == "--log-verbosity" || name == "--log-file")
+    return true;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -223,48 +397,91 @@ std::vector<std::string> normalize_args(CLI::App& app, std::vector<std::string> 
   }
   const CLI::App& cmd = *found.front();
 
+  std::vector<std::string> out(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+  Taken taken;
   for (std::size_t j = i + 1; j < args.size(); ++j) {
-    std::string& a = args[j];
-    if (a == "--") break;  // the rest are positional arguments
+    const std::string& a = args[j];
+    if (a == "--") {  // the rest are positional arguments
+      out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(j), args.end());
+      break;
+    }
+    out.push_back(a);
     if (!looks_like_flag(a)) continue;
     const std::string typed = a;
     std::string name = a;
-    bool has_value = false;  // --name=value
+    std::optional<std::string> inline_value;  // --name=value
     if (a.rfind("--", 0) == 0) {
       const auto eq = a.find('=');
       if (eq != std::string::npos) {
         name = a.substr(0, eq);
-        has_value = true;
+        inline_value = a.substr(eq + 1);
       }
-    } else if (a.size() > 2) {
-      // A single dash and several letters: a llama.cpp name, or a one-letter option with its
-      // number glued on ("-n64", "-c2048", "-s-1").
-      if (const Alias* alias = find_alias(a)) {
-        name = a = std::string(alias->ours);
-      } else if (const Unsupported* u = find_unsupported(a)) {
-        unsupported_flag(typed, *u);
-      } else {
-        const CLI::Option* o = cmd.get_option_no_throw(a.substr(0, 2));
-        if (o != nullptr && o->get_items_expected_max() > 0 && parse_number(a.substr(2))) continue;
-        unknown_flag(typed, cmd);
-      }
+    }
+    if (const Alias* alias = find_alias(name); alias != nullptr && inline_value == std::nullopt) {
+      name = out.back() = std::string(alias->ours);
     }
     const CLI::Option* o = cmd.get_option_no_throw(name);
     if (o == nullptr) o = app.get_option_no_throw(name);  // --help, --version
     if (o == nullptr) {
-      if (const Unsupported* u = find_unsupported(name)) unsupported_flag(typed, *u);
+      // Not this command's: one of llama.cpp's flags, taken out here with its value.
+      const LlamaFlag* row = find_llama_flag(name);
+      const auto logging = logging_flag_takes_value(name);
+      if (row != nullptr || logging) {
+        const bool takes_value = row != nullptr ? row->takes_value : *logging;
+        std::optional<std::string> value = inline_value;
+        if (takes_value && !value) {
+          if (j + 1 == args.size()) throw UsageError(fmt::format("{} needs a value", typed));
+          value = args[++j];
+        }
+        if (!takes_value && value)
+          throw UsageError(fmt::format("{} takes no value, got {}", name, *value));
+        out.pop_back();
+        if (logging) {
+          logging_flag(name, value, typed);
+        } else if (is_gpu_layers_flag(*row)) {
+          gpu_layers_flag(typed, *row, *value, cmd, taken);
+        } else {
+          const std::string shown = typed + (value && !inline_value ? " " + *value : std::string());
+          const bool here =
+              row->ignored_in.empty() || std::find(row->ignored_in.begin(), row->ignored_in.end(),
+                                                   cmd.get_name()) != row->ignored_in.end();
+          const auto number = value ? parse_number(*value) : std::nullopt;
+          if (!row->note.empty() && here) {
+            taken.notes.push_back(fmt::format("{}: ignored: {}", shown, row->note));
+          } else if (row->neutral && number && *number == *row->neutral) {
+            taken.notes.push_back(fmt::format(
+                "{}: ignored: the value that switches the sampler off (specdec has none such)",
+                shown));
+          } else {
+            refuse(typed, *row, row->why);
+          }
+        }
+        continue;
+      }
+      // A single dash and several letters: a one-letter option with its number glued on
+      // ("-n64", "-c2048", "-s-1").
+      if (a.rfind("--", 0) != 0 && a.size() > 2) {
+        const CLI::Option* one = cmd.get_option_no_throw(a.substr(0, 2));
+        if (one != nullptr && one->get_items_expected_max() > 0 && parse_number(a.substr(2)))
+          continue;
+      }
       unknown_flag(typed, cmd);
     }
-    if (has_value) continue;
+    if (inline_value) continue;
     // The value(s) CLI11 will take: a required one whatever it looks like (-p -ngl is a
     // prompt), an optional one (--color [on|off|auto]) when it does not look like a flag.
-    if (o->get_items_expected_min() > 0)
-      ++j;
-    else if (o->get_items_expected_max() > 0 && j + 1 < args.size() &&
-             !looks_like_flag(args[j + 1]))
-      ++j;
+    if (o->get_items_expected_min() > 0) {
+      if (j + 1 < args.size()) out.push_back(args[++j]);
+    } else if (o->get_items_expected_max() > 0 && j + 1 < args.size() &&
+               !looks_like_flag(args[j + 1])) {
+      out.push_back(args[++j]);
+    }
   }
-  return args;
+  // Before a "--" the rewritten flags would be positional: they go in front of the options.
+  out.insert(out.begin() + static_cast<std::ptrdiff_t>(i) + 1, taken.append.begin(),
+             taken.append.end());
+  for (const std::string& n : taken.notes) note(n);
+  return out;
 }
 
 }  // namespace specdec::cli

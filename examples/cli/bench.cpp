@@ -527,7 +527,7 @@ void add_bench(CLI::App& app) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}))
       ->capture_default_str();
   cmd->add_flag("--adaptive", o->adaptive, "also run adaptive k");
-  cmd->add_option("--temp", o->temperatures, "temperatures to run, e.g. 0,0.8")
+  cmd->add_option("--temp,--temperature", o->temperatures, "temperatures to run, e.g. 0,0.8")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(kTemperature)

@@ -252,7 +252,8 @@ void chat_on(const ChatOptions& o, Backend backend, const DecodeSetup& setup,
                                           : decoder.continue_with(tokens, config, callbacks);
     reset_interrupts(kPromptNote);  // the answer is over: from here Ctrl-C ends the chat
     printer.finish();
-    fmt::print(stderr, "[{}] {}\n", setup.label(), stats_line(result, speculative));
+    if (logs(LogLevel::info))
+      fmt::print(stderr, "[{}] {}\n", setup.label(), stats_line(result, speculative));
     messages.push_back({"assistant", result.text});
     turns.push_back({{"prompt_tokens", tokens},
                      {"tokens", result.tokens},
@@ -266,12 +267,13 @@ void chat_on(const ChatOptions& o, Backend backend, const DecodeSetup& setup,
           "larger -c",
           context));
     }
+    if (terminating()) break;  // SIGTERM / SIGHUP: the conversation so far is written
   }
   write_json();
 }
 
 void run_chat(const ChatOptions& o) {
-  const DecodeSetup setup = decode_setup_of(o, "chat", /*drafterless_is_baseline=*/true);
+  const DecodeSetup setup = decode_setup_of(o, "chat");
   (void)o.models.kv_type();
   const Backend backend = o.backend.resolve();
   set_colour_mode(o.colour == "on"    ? ColourMode::on
@@ -298,7 +300,7 @@ void add_chat(CLI::App& app) {
                   "tokens per answer at most; -1: until the end of the turn or a full context")
       ->check(kTokenBudget)
       ->capture_default_str();
-  cmd->add_option("--temp", o->temperature, "temperature (0: greedy)")
+  cmd->add_option("--temp,--temperature", o->temperature, "temperature (0: greedy)")
       ->check(kTemperature)
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);

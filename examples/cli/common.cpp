@@ -1,6 +1,7 @@
 #include "common.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -72,10 +73,34 @@ void Progress::clear() {
   shown_ = false;
 }
 
-void warn(std::string_view message) {
+namespace {
+int g_log_threshold = static_cast<int>(LogLevel::info);
+
+void log_line(LogLevel level, std::string_view kind, std::string_view message) {
+  if (!logs(level)) return;
   std::fflush(stdout);  // keep the order of what a terminal shows
-  fmt::print(stderr, "specdec: warning: {}\n", message);
+  fmt::print(stderr, "specdec: {}: {}\n", kind, message);
 }
+}  // namespace
+
+void set_log_threshold(int threshold) { g_log_threshold = threshold; }
+
+bool logs(LogLevel level) { return static_cast<int>(level) <= g_log_threshold; }
+
+void redirect_stderr(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
+  if (fd < 0)
+    throw UsageError(
+        fmt::format("--log-file {}: cannot open for writing: {}", path, std::strerror(errno)));
+  std::fflush(stderr);
+  const bool moved = ::dup2(fd, STDERR_FILENO) >= 0;
+  ::close(fd);
+  if (!moved) throw UsageError(fmt::format("--log-file {}: {}", path, std::strerror(errno)));
+}
+
+void warn(std::string_view message) { log_line(LogLevel::warning, "warning", message); }
+void note(std::string_view message) { log_line(LogLevel::info, "note", message); }
+void debug(std::string_view message) { log_line(LogLevel::debug, "debug", message); }
 
 // ------------------------------------------------------------------------ output
 
@@ -164,22 +189,50 @@ void OutputFile::write(std::string_view bytes) {
 
 namespace {
 
-std::atomic<int> g_interrupts{0};
-static_assert(std::atomic<int>::is_always_lock_free, "used from a signal handler");
-std::atomic<const char*> g_note{nullptr};  // what the first SIGINT prints
-int g_wake[2] = {-1, -1};                  // the self-pipe behind interrupt_fd()
-struct sigaction g_previous_sigint {};
+// The signals that stop a command cleanly: Ctrl-C, `kill`/timeout/systemd/docker stop, and a
+// closed terminal. Each has the same first effect; SIGTERM and SIGHUP also end a chat.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
-extern "C" void on_sigint(int) {
-  // Only async-signal-safe calls here: atomics, write(2) and _exit(2).
-  if (g_interrupts.fetch_add(1) > 0) {
+std::atomic<int> g_interrupts{0};  // SIGINTs since the last reset_interrupts()
+std::atomic<int> g_terminate{0};   // the first SIGTERM or SIGHUP, never reset (0: none)
+std::atomic<int> g_first{0};       // the first stop signal of the run: the exit status
+static_assert(std::atomic<int>::is_always_lock_free, "used from a signal handler");
+std::atomic<const char*> g_note{nullptr};   // what the first SIGINT prints
+int g_wake[2] = {-1, -1};                   // the self-pipe behind interrupt_fd()
+bool g_was_tty[3] = {false, false, false};  // stdin, stdout, stderr when the handler was set
+struct sigaction g_previous[3]{};
+
+void write_note(const char* note) {
+  std::size_t n = 0;
+  while (note[n] != '\0') ++n;
+  [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, note, n);
+}
+
+extern "C" void on_stop_signal(int sig) {
+  // Only async-signal-safe calls here: atomics, open/dup2/write/unlink(2) and _exit(2).
+  int none = 0;
+  g_first.compare_exchange_strong(none, sig);
+  if (g_interrupts.load() > 0 || g_terminate.load() != 0) {  // the second one: quit now
     remove_created_files_from_signal_handler();
-    _exit(kInterruptedExit);
+    _exit(128 + g_first.load());
   }
-  if (const char* note = g_note.load()) {
-    std::size_t n = 0;
-    while (note[n] != '\0') ++n;
-    [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, note, n);
+  if (sig == SIGINT) {
+    g_interrupts.fetch_add(1);
+    if (const char* note = g_note.load()) write_note(note);
+  } else {
+    g_terminate.store(sig);
+    if (sig == SIGHUP) {
+      // The terminal is gone: what was shown on it is written nowhere (a write would fail with
+      // EIO and end the command before its files are written), and it sends no more input.
+      const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+      if (null >= 0) {
+        for (int fd = 0; fd < 3; ++fd)
+          if (g_was_tty[fd]) ::dup2(null, fd);
+        ::close(null);
+      }
+    } else {
+      write_note("\nspecdec: terminated: stopping after this round, writing what was asked for\n");
+    }
   }
   if (g_wake[1] >= 0) {
     const char byte = 1;
@@ -192,20 +245,35 @@ extern "C" void on_sigint(int) {
 InterruptHandler::InterruptHandler(const char* note) {
   g_note.store(note);
   if (g_wake[0] < 0 && ::pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) g_wake[0] = g_wake[1] = -1;
+  for (int fd = 0; fd < 3; ++fd) g_was_tty[fd] = isatty(fd) != 0;
   struct sigaction action {};
-  action.sa_handler = on_sigint;
+  action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
+  for (const int sig : kStopSignals) sigaddset(&action.sa_mask, sig);  // one handler at a time
   action.sa_flags = SA_RESTART;  // reads and writes in progress carry on
-  sigaction(SIGINT, &action, &g_previous_sigint);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+    sigaction(kStopSignals[i], &action, &g_previous[i]);
 }
 
-InterruptHandler::~InterruptHandler() { sigaction(SIGINT, &g_previous_sigint, nullptr); }
+InterruptHandler::~InterruptHandler() {
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+    sigaction(kStopSignals[i], &g_previous[i], nullptr);
+}
 
-bool interrupted() { return g_interrupts.load() > 0; }
+bool interrupted() { return g_interrupts.load() > 0 || g_terminate.load() != 0; }
+
+bool terminating() { return g_terminate.load() != 0; }
+
+int interrupted_exit_status() {
+  const int sig = g_first.load();
+  return sig != 0 ? 128 + sig : kInterruptedExit;
+}
 
 void reset_interrupts(const char* note) {
   g_note.store(note);
   g_interrupts.store(0);
+  if (g_terminate.load() != 0) return;  // the command is ending: nothing is forgotten
+  g_first.store(0);
   if (g_wake[0] >= 0) {  // drain the wake-ups of the SIGINTs forgotten
     char buffer[64];
     while (::read(g_wake[0], buffer, sizeof buffer) > 0) {
@@ -266,7 +334,17 @@ void add_backend_flag(CLI::App& cmd, BackendFlag& flag) {
 LoadedModel open_model_file(const std::string& path, std::string_view role) {
   Progress progress;
   progress.update(fmt::format("loading {} {} ...", role, path));
-  return specdec::load_model(path);
+  LoadedModel file = specdec::load_model(path);
+  if (logs(LogLevel::debug)) {
+    progress.clear();
+    const ModelConfig& c = file.config;
+    debug(fmt::format(
+        "{} {}: {}, {} layers, dim {}, {} heads ({} KV), ffn {}, vocab {}, trained "
+        "context {}; tokenizer: {}",
+        role, path, c.architecture, c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.ffn_dim,
+        c.vocab_size, c.context_length, file.tokenizer ? file.tokenizer->summary() : "none"));
+  }
+  return file;
 }
 
 std::size_t context_positions(const LoadedModel& file, std::string_view role,
@@ -576,10 +654,30 @@ void StreamPrinter::finish() {
 // ------------------------------------------------------------------------ prompts, output
 
 std::string read_stdin() {
-  std::ostringstream text;
-  text << std::cin.rdbuf();
-  if (std::cin.bad()) throw Error("stdin: read failed");
-  return text.str();
+  // Polled beside interrupt_fd(): a SIGTERM or SIGHUP while the prompt is still coming ends the
+  // command (a SIGINT only marks the generation as cancelled, as before it starts).
+  std::string text;
+  for (;;) {
+    if (terminating()) throw Terminated();
+    pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {interrupt_fd(), POLLIN, 0}};
+    const int ready = ::poll(fds, interrupt_fd() >= 0 ? 2 : 1, -1);
+    if (ready < 0 && errno != EINTR)
+      throw Error(fmt::format("stdin: poll failed: {}", std::strerror(errno)));
+    if (ready <= 0 || (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
+      if (fds[1].revents != 0 && !terminating()) {  // a SIGINT: its wake-up is consumed
+        char buffer[64];
+        while (::read(interrupt_fd(), buffer, sizeof buffer) > 0) {
+        }
+      }
+      continue;
+    }
+    char chunk[65536];
+    const ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(fmt::format("stdin: read failed: {}", std::strerror(errno)));
+    if (n == 0) return text;
+    text.append(chunk, static_cast<std::size_t>(n));
+  }
 }
 
 std::string read_text_file(const std::string& path) {

@@ -4,6 +4,7 @@
 // statistics as JSON) and finding the bundled demo models.
 
 #include <cstddef>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -42,10 +43,23 @@ void set_colour_mode(ColourMode mode);
 /// Colours in the streamed text.
 bool use_colour();
 
+// ------------------------------------------------------------------------ logging
+
+/// What stderr shows, by llama.cpp's verbosity levels (-lv N shows the levels <= N; -v all;
+/// --log-disable errors only). Errors ("specdec: error: ...") are always shown: they are the
+/// command's answer. Default: information (progress, statistics, notes).
+enum class LogLevel { error = 1, warning = 2, info = 3, debug = 4 };
+void set_log_threshold(int threshold);
+inline void set_log_threshold(LogLevel level) { set_log_threshold(static_cast<int>(level)); }
+/// Whether messages of `level` are shown.
+bool logs(LogLevel level);
+/// --log-file FILE: stderr (every message, errors included) goes to FILE from now on, appended.
+void redirect_stderr(const std::string& path);
+
 /// One status line on stderr, rewritten in place ("\r"), shown only when interactive().
 class Progress {
  public:
-  Progress() : enabled_(interactive()) {}
+  Progress() : enabled_(interactive() && logs(LogLevel::info)) {}
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
   ~Progress() { clear(); }
@@ -57,8 +71,12 @@ class Progress {
   bool shown_ = false;
 };
 
-/// "specdec: warning: ..." on stderr.
+/// "specdec: warning: ..." on stderr (LogLevel::warning).
 void warn(std::string_view message);
+/// "specdec: note: ..." on stderr (LogLevel::info): what was done with a flag, and such.
+void note(std::string_view message);
+/// "specdec: debug: ..." on stderr (LogLevel::debug: -v).
+void debug(std::string_view message);
 
 // ------------------------------------------------------------------------ output
 
@@ -95,9 +113,15 @@ class OutputFile {
 /// Exit status after Ctrl-C: 128 + SIGINT, as a shell reports a process the signal ended.
 inline constexpr int kInterruptedExit = 130;
 
-/// While alive, the first SIGINT only sets interrupted() (generate polls it before each round
-/// through Callbacks::should_stop, then finishes normally: stop reason "cancelled") and prints
-/// `note` on stderr; a second SIGINT ends the process at once with kInterruptedExit.
+/// While alive, the first stop signal only sets interrupted() (generate polls it before each
+/// round through Callbacks::should_stop, then finishes normally: stop reason "cancelled", the
+/// statistics printed, --trace and --json-file written) and a second one ends the process at
+/// once, removing the output files it created and has not written.
+///  - SIGINT (Ctrl-C) prints `note` on stderr; chat forgets it after the answer it stopped.
+///  - SIGTERM (kill, timeout, systemd, docker stop) and SIGHUP (the terminal closed) are never
+///    forgotten: they also end a chat, whose conversation file is written. After SIGHUP the
+///    terminal's descriptors point to /dev/null, so that writing to it cannot fail.
+/// The process then exits with 128 + the first signal's number (interrupted_exit_status()).
 class InterruptHandler {
  public:
   explicit InterruptHandler(
@@ -107,12 +131,23 @@ class InterruptHandler {
   InterruptHandler& operator=(const InterruptHandler&) = delete;
   ~InterruptHandler();
 };
+/// Thrown where a SIGTERM or SIGHUP ends a command that has nothing to finish yet (waiting for
+/// its prompt on stdin); main() exits with interrupted_exit_status().
+struct Terminated : std::exception {
+  [[nodiscard]] const char* what() const noexcept override { return "terminated by a signal"; }
+};
+/// A stop signal arrived (a SIGINT since the last reset_interrupts(), or any SIGTERM / SIGHUP).
 bool interrupted();
+/// A SIGTERM or SIGHUP arrived: the command is to end, not just its current answer.
+bool terminating();
+/// 128 + the first stop signal (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); 130 when none arrived.
+int interrupted_exit_status();
 /// Forgets the SIGINTs received so far and sets the note the next one prints (chat: each answer
 /// can be stopped on its own; at the prompt a SIGINT ends the chat). `note` must be a literal.
 void reset_interrupts(const char* note);
-/// A descriptor that becomes readable when a SIGINT arrives (the handler writes a byte to a
-/// pipe): chat polls it beside stdin, so that Ctrl-C at its prompt is seen at once.
+/// A descriptor that becomes readable when a stop signal arrives (the handler writes a byte to
+/// a pipe): chat and -f - poll it beside stdin, so that a signal while waiting for input is seen
+/// at once.
 int interrupt_fd();
 
 // ------------------------------------------------------------------------ backends
@@ -243,9 +278,8 @@ struct DecodeSetup {
 
 /// The setup of generate, chat and serve from the flags they share (-md, --ngram, --baseline,
 /// -k/--draft-max, --adaptive, --draft-min); `command` names the command in errors. Without a
-/// drafter the run is target-only when `drafterless_is_baseline` (chat), else a usage error.
-inline DecodeSetup decode_setup_of(const DecodeFlags& o, std::string_view command,
-                                   bool drafterless_is_baseline = false) {
+/// drafter the run is target-only (plain decoding, as llama-completion and llama-server do).
+inline DecodeSetup decode_setup_of(const DecodeFlags& o, std::string_view command) {
   DecodeSetup setup;
   setup.k = o.k;
   setup.adaptive = o.adaptive;
@@ -255,18 +289,13 @@ inline DecodeSetup decode_setup_of(const DecodeFlags& o, std::string_view comman
     throw UsageError(
         fmt::format("{}: --draft-min {} is more than --draft-max {}: no proposal would be verified",
                     command, o.draft_min, o.k));
-  if (o.baseline || (drafterless_is_baseline && !o.draft && !o.ngram)) {
+  if (o.baseline || (!o.draft && !o.ngram)) {
     setup.drafter = DecodeSetup::Drafter::none;
   } else if (o.draft) {
     setup.drafter = DecodeSetup::Drafter::model;
-  } else if (o.ngram) {
+  } else {
     setup.drafter = DecodeSetup::Drafter::ngram;
     setup.ngram = *o.ngram;
-  } else {
-    throw UsageError(fmt::format(
-        "{}: give a draft model with -md DRAFT (or --ngram N) for speculative decoding, or "
-        "--baseline for target-only decoding",
-        command));
   }
   return setup;
 }

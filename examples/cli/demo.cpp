@@ -196,7 +196,8 @@ void add_demo(CLI::App& app) {
   cmd->add_option("-k,--draft-max", o->k,
                   "fixed number of tokens drafted per round (default: adaptive k)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
-  cmd->add_option("--temp", o->temperature, "temperature of the streamed text (the table adds 0)")
+  cmd->add_option("--temp,--temperature", o->temperature,
+                  "temperature of the streamed text (the table adds 0)")
       ->check(kTemperature)
       ->capture_default_str();
   add_seed_flag(*cmd, o->seed);

@@ -238,7 +238,8 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   out["stats"] = stats_json(result.stats);
   if (speculative) out["rounds"] = rounds_json(result);
 
-  if (!o.json) fmt::print(stderr, "[{}] {}\n", setup.label(), stats_line(result, speculative));
+  if (!o.json && logs(LogLevel::info))
+    fmt::print(stderr, "[{}] {}\n", setup.label(), stats_line(result, speculative));
   if (trace_file) {
     TraceInput input;
     input.title = "specdec generate: " + setup.label();
@@ -247,7 +248,8 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
     input.tokenizer = target.file.tokenizer.get();
     input.result = &result;
     trace_file->write(trace_html(input));
-    if (!o.json) fmt::print(stderr, "trace written to {}\n", trace_file->path());
+    if (!o.json && logs(LogLevel::info))
+      fmt::print(stderr, "trace written to {}\n", trace_file->path());
   }
   if (json_file) json_file->write(json_text(out));
   if (o.json) print_json(out);
@@ -300,7 +302,7 @@ void add_generate(CLI::App& app) {
   add_decode_flags(*cmd, *o,
                    {"target model (the output has its distribution): a .gguf file or a Hugging "
                     "Face folder",
-                    "target-only decoding (no draft), for comparison"});
+                    "target-only decoding (the default when no -md or --ngram is given)"});
 
   auto* prompt = cmd->add_option("-p,--prompt", o->prompt,
                                  "the prompt text (BOS is added as the model expects)");
@@ -319,7 +321,7 @@ void add_generate(CLI::App& app) {
       ->check(kTokenBudget)
       ->capture_default_str();
 
-  cmd->add_option("--temp", o->temperature, "temperature (0: greedy)")
+  cmd->add_option("--temp,--temperature", o->temperature, "temperature (0: greedy)")
       ->check(kTemperature)
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);

@@ -11,7 +11,8 @@
 //
 // docs/cli.md documents every option. Errors are one line on stderr, "specdec: error: ...",
 // with exit status 2 for bad command lines (CLI11's message, or args.hpp's for unknown and
-// llama.cpp-only flags), 1 for everything else, and 130 after Ctrl-C (common.hpp).
+// llama.cpp-only flags), 1 for everything else, and 128 + the signal after Ctrl-C (130), SIGTERM
+// (143) or SIGHUP (129), each of which stops the command cleanly first (common.hpp).
 
 #include <algorithm>
 #include <cerrno>
@@ -72,7 +73,9 @@ int main(int argc, char** argv) {
     if (std::fflush(stdout) != 0 || std::ferror(stdout))
       return fail(1, std::string("cannot write to stdout: ") +
                          (errno != 0 ? std::strerror(errno) : "write error"));
-    return specdec::cli::interrupted() ? specdec::cli::kInterruptedExit : 0;
+    return specdec::cli::interrupted() ? specdec::cli::interrupted_exit_status() : 0;
+  } catch (const specdec::cli::Terminated&) {
+    return specdec::cli::interrupted_exit_status();
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     return fail(2, std::string(e.what()) + " (see --help)");

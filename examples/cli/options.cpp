@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "args.hpp"
+#include "common.hpp"
 
 namespace specdec::cli {
 
@@ -14,7 +15,8 @@ std::uint64_t SeedFlag::resolve() const {
   if (text != "-1") return std::stoull(text);  // the validator accepted it
   std::random_device device;
   const std::uint64_t seed = (std::uint64_t{device()} << 32) | device();
-  fmt::print(stderr, "specdec: random seed {0} (-s {0} repeats this run)\n", seed);
+  if (logs(LogLevel::info))  // as llama.cpp prints its sampler seed: the run can be repeated
+    fmt::print(stderr, "specdec: random seed {0} (-s {0} repeats this run)\n", seed);
   return seed;
 }
 

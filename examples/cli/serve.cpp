@@ -505,7 +505,7 @@ void add_serve(CLI::App& app) {
   add_decode_flags(*cmd, *o,
                    {"target model (the output has its distribution): a .gguf file or a Hugging "
                     "Face folder",
-                    "target-only decoding (no draft)"});
+                    "target-only decoding (the default when no -md or --ngram is given)"});
   cmd->add_option("--host", o->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "port to listen on (0: any free port, printed on stderr)")
       ->check(CLI::Range(0, 65535))

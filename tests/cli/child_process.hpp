@@ -39,7 +39,8 @@ class Child {
     pid_ = fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
-      signal(SIGINT, SIG_DFL);  // Catch2's handler must not run in the child
+      for (const int sig : {SIGINT, SIGTERM, SIGHUP})  // Catch2's handlers must not run there
+        signal(sig, SIG_DFL);
       const int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       const int null = open("/dev/null", O_RDONLY);
       dup2(out[1], STDOUT_FILENO);
@@ -118,15 +119,15 @@ class Child {
   }
 
   /// Whether the CLI (after exec: before it, the forked copy of this test still runs Catch2's
-  /// handlers) has installed a handler for SIGINT (/proc/PID/status, SigCgt).
-  [[nodiscard]] bool catches_sigint() const {
+  /// handlers) has installed a handler for `sig` (/proc/PID/status, SigCgt).
+  [[nodiscard]] bool catches_sigint(int sig = SIGINT) const {
     std::error_code ec;
     const auto exe = std::filesystem::read_symlink("/proc/" + std::to_string(pid_) + "/exe", ec);
     if (ec || !std::filesystem::equivalent(exe, program_, ec)) return false;
     std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
     for (std::string line; std::getline(status, line);)
       if (line.rfind("SigCgt:", 0) == 0)
-        return (std::stoull(line.substr(7), nullptr, 16) & (1ull << (SIGINT - 1))) != 0;
+        return (std::stoull(line.substr(7), nullptr, 16) & (1ull << (sig - 1))) != 0;
     return false;
   }
 

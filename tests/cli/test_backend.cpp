@@ -86,7 +86,9 @@ TEST_CASE("backend flag: every model-running subcommand takes it and -ngl points
     CHECK(r.status == 0);
     CHECK(r.out.find("--backend") != std::string::npos);
   }
+  // llama.cpp's -ngl N > 0 asks for the GPU: it runs, and the note says that --backend decides.
   const auto r = run_cli({"generate", "-m", demo_target(), "--baseline", "-p", "x", "-ngl", "99"});
-  CHECK(r.status == 2);
-  CHECK(r.err.find("--backend cuda puts target and draft") != std::string::npos);
+  CHECK(r.status == 0);
+  CHECK(r.err.find("specdec: note: -ngl 99: ignored: specdec runs whole models on one backend: "
+                   "--backend cuda puts target and draft") != std::string::npos);
 }

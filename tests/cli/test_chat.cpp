@@ -230,7 +230,7 @@ TEST_CASE("chat: errors name the problem and the flag", "[cli][chat]") {
   r = run_cli({"generate", "-m", pair.target.string(), "--baseline", "-p", "x", "-cnv"});
   CHECK(r.status == 2);
   CHECK(r.err.find("specdec chat") != std::string::npos);
-  r = run_cli({"chat", "-m", pair.target.string(), "--jinja"}, "");
+  r = run_cli({"chat", "-m", pair.target.string(), "--chat-template-file", "t.jinja"}, "");
   CHECK(r.status == 2);
   CHECK(r.err.find("no Jinja engine") != std::string::npos);
 
@@ -280,4 +280,26 @@ TEST_CASE("chat: Ctrl-C stops the current answer only, Ctrl-C at the prompt ends
   std::size_t total = 0;
   for (const json& t : j["turns"]) total += t["prompt_tokens"].size() + t["tokens"].size();
   CHECK(j["tokens"].size() == total);
+}
+
+TEST_CASE("chat: SIGTERM ends the chat after the current round, the conversation written",
+          "[cli][chat][interrupt]") {
+  const ChatPair pair;
+  const auto file = specdec::test::temp_path(".json");
+  Child child({"chat", "-m", pair.target.string(), "-md", pair.draft.string(), "-n", "3", "--temp",
+               "0", "--json-file", file.string()},
+              true);
+  child.write_stdin("Hi\n");  // a finished turn (3 tokens) ...
+  REQUIRE(child.wait_for_err("[draft model k=4]"));
+  child.drain_stdout();
+  // ... and SIGTERM at the prompt (or while the next one is read): the chat ends, status 143,
+  // the finished turn kept.
+  REQUIRE(kill(child.pid(), SIGTERM) == 0);
+  CHECK(child.finish() == 128 + SIGTERM);
+  const json j = json::parse(read_file(file));
+  fs::remove(file);
+  REQUIRE(j["turns"].size() == 1);
+  CHECK(j["turns"][0]["tokens"].size() <= 3);
+  CHECK(j["messages"].size() == 2);
+  CHECK(child.out() == j["turns"][0]["text"].get<std::string>() + "\n");
 }

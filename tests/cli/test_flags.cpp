@@ -87,6 +87,7 @@ TEST_CASE("every llama.cpp alias gives the same generation as specdec's own name
       {"--stop", "-r"},
       {"--stop", "--reverse-prompt"},
       {"--threads", "-t"},
+      {"--temp", "--temperature"},
   };
   for (const auto& [flag, alias] : aliases) {
     INFO(flag << " -> " << alias);
@@ -304,4 +305,91 @@ TEST_CASE("bench, demo and logits take the same llama.cpp names", "[cli]") {
   CHECK(logits.status == 0);
   CHECK(std::filesystem::file_size(out) == 3 * 4096 * 4);
   std::filesystem::remove(out);
+}
+
+TEST_CASE("llama.cpp flags that ask for what specdec does anyway run, each with a note", "[cli]") {
+  const nlohmann::json reference = outcome(json_of(base_args()));
+  // Each of these, given to llama.cpp, means what specdec does: the same generation, and one
+  // note on stderr saying what became of the flag (as typed, with its value).
+  const std::vector<std::pair<std::vector<std::string>, std::string>> harmless = {
+      {{"-ngl", "0"}, "specdec: note: -ngl 0: the models run on the CPU (--backend cpu)\n"},
+      {{"-fa", "off"}, "specdec: note: -fa off: ignored: specdec's attention is one fused"},
+      {{"--flash-attn", "on"}, "specdec: note: --flash-attn on: ignored"},
+      {{"-b", "2048"}, "specdec: note: -b 2048: ignored: the prompt is evaluated in steps"},
+      {{"-ub", "512"}, "specdec: note: -ub 512: ignored"},
+      {{"--mmap"}, "specdec: note: --mmap: ignored: specdec always reads model files"},
+      {{"--no-mmap"}, "specdec: note: --no-mmap: ignored"},
+      {{"--no-context-shift"}, "specdec: note: --no-context-shift: ignored: specdec never shifts"},
+      {{"-no-cnv"}, "specdec: note: -no-cnv: ignored: specdec generate answers once"},
+      {{"-st"}, "specdec: note: -st: ignored: specdec generate answers once"},
+      {{"--no-warmup"}, "specdec: note: --no-warmup: ignored"},
+      {{"--perf"}, "specdec: note: --perf: ignored: specdec always prints its statistics"},
+      {{"--jinja"}, "specdec: note: --jinja: ignored: specdec renders the chat template"},
+      {{"--repeat-penalty", "1.0"}, "specdec: note: --repeat-penalty 1.0: ignored: the value"},
+      {{"--repeat-last-n", "64"}, "specdec: note: --repeat-last-n 64: ignored"},
+      {{"--presence-penalty=0"}, "specdec: note: --presence-penalty=0: ignored"},
+      {{"--mirostat", "0"}, "specdec: note: --mirostat 0: ignored"},
+      {{"--log-timestamps"}, "specdec: note: --log-timestamps: ignored"},
+  };
+  for (const auto& [flags, note] : harmless) {
+    INFO(flags.front());
+    std::vector<std::string> a = {"generate"};
+    for (const auto& x : plus(base_args(), flags)) a.push_back(x);
+    a.emplace_back("--json");
+    const auto r = run_cli(a);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK(outcome(specdec::test::parse_json_output(r)) == reference);
+    CHECK(r.err.find(note) != std::string::npos);
+  }
+  // -ngl 0 is --backend cpu, which an explicit --backend given with it overrides.
+  CHECK(json_of(plus(base_args(), {"-ngl", "0"}))["backend"] == "cpu");
+}
+
+TEST_CASE("llama.cpp's logging flags: --log-disable, -lv, -v, --log-file", "[cli]") {
+  const auto args = [](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"generate"};
+    for (const auto& x : plus(base_args(), extra)) a.push_back(x);
+    return a;
+  };
+  // Default: the statistics line (information) is shown.
+  auto r = run_cli(args({}));
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("[draft model k=3]") != std::string::npos);
+  // --log-disable and -lv 2: errors (and warnings at 2) only; stdout unchanged.
+  for (const auto& quiet : std::vector<std::vector<std::string>>{
+           {"--log-disable"}, {"-lv", "2"}, {"--verbosity", "1"}}) {
+    const auto q = run_cli(args(quiet));
+    INFO(quiet.front());
+    CHECK(q.status == 0);
+    CHECK(q.err.empty());
+    CHECK(q.out == r.out);
+  }
+  // Errors are shown whatever the verbosity.
+  const auto bad = run_cli({"generate", "-m", "/nonexistent.gguf", "-p", "x", "--log-disable"});
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("/nonexistent.gguf") != std::string::npos);
+  // -v / --verbose: also the debug lines (what each model is).
+  for (const char* v : {"-v", "--verbose", "--log-verbose"}) {
+    const auto d = run_cli(args({v}));
+    INFO(v);
+    CHECK(d.status == 0);
+    CHECK(d.err.find("specdec: debug: target ") != std::string::npos);
+    CHECK(d.err.find("specdec: debug: draft ") != std::string::npos);
+  }
+  // --log-file: what stderr would show goes to the file.
+  const auto log = specdec::test::temp_path(".log");
+  const auto f = run_cli(args({"--log-file", log.string()}));
+  CHECK(f.status == 0);
+  CHECK(f.err.empty());
+  CHECK(specdec::test::read_file(log).find("[draft model k=3]") != std::string::npos);
+  std::filesystem::remove(log);
+}
+
+TEST_CASE("generate without a drafter decodes with the target alone, as --baseline", "[cli]") {
+  auto a = base_args();
+  a.erase(std::find(a.begin(), a.end(), "--draft"), std::find(a.begin(), a.end(), "--draft") + 2);
+  const nlohmann::json plain = json_of(a);
+  CHECK(plain["mode"] == "baseline");
+  CHECK(outcome(plain) == outcome(json_of(plus(a, {"--baseline"}))));
 }

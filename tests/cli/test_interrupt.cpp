@@ -100,3 +100,77 @@ TEST_CASE("a second Ctrl-C ends the process at once", "[cli][interrupt]") {
   CHECK(!std::filesystem::exists(page));
   CHECK(!std::filesystem::exists(json));
 }
+
+namespace {
+
+/// A generation that runs for tens of seconds unless stopped, writing a trace and a JSON file.
+std::vector<std::string> long_generation(const std::string& page, const std::string& json) {
+  return {"generate",
+          "-m",
+          demo_target(),
+          "-md",
+          demo_draft(),
+          "-p",
+          "1 In the beginning God created the heaven and the earth.",
+          "-n",
+          "-1",
+          "-c",
+          "20000",
+          "--ignore-eos",
+          "--no-display-prompt",
+          "--temp",
+          "0.8",
+          "-s",
+          "1",
+          "--trace",
+          page,
+          "--json-file",
+          json};
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM and SIGHUP end the generation as Ctrl-C does: stats, trace, JSON, 128 + sig",
+          "[cli][interrupt]") {
+  // timeout(1), systemd and docker stop send SIGTERM; a closed terminal sends SIGHUP. Neither
+  // may lose the run: the files were created empty when the command started.
+  for (const int sig : {SIGTERM, SIGHUP}) {
+    DYNAMIC_SECTION("signal " << sig) {
+      const auto page = specdec::test::temp_path(".html");
+      const auto json = specdec::test::temp_path(".json");
+      Child child(long_generation(page.string(), json.string()), false);
+      REQUIRE(child.read_at_least(1));
+      REQUIRE(kill(child.pid(), sig) == 0);
+      const int status = child.finish();
+      const std::string err = child.err();
+      INFO(err);
+      CHECK(status == 128 + sig);
+      CHECK(err.find("| stop: cancelled\n") != std::string::npos);
+      const auto j = nlohmann::json::parse(read_file(json));
+      CHECK(j["stop_reason"] == "cancelled");
+      CHECK(j["tokens"].size() == j["stats"]["tokens_emitted"].get<std::size_t>());
+      CHECK(child.out() == j["text"].get<std::string>() + "\n");
+      CHECK(read_file(page).find("\"stop_reason\":\"cancelled\"") != std::string::npos);
+      std::filesystem::remove(page);
+      std::filesystem::remove(json);
+    }
+  }
+}
+
+TEST_CASE("SIGTERM while the prompt is read from stdin ends at once, leaving no empty files",
+          "[cli][interrupt]") {
+  const auto page = specdec::test::temp_path(".html");
+  const auto json = specdec::test::temp_path(".json");
+  Child child({"generate", "-m", demo_target(), "-f", "-", "--trace", page.string(), "--json-file",
+               json.string()},
+              true);
+  const auto deadline = std::chrono::steady_clock::now() + kPatience;
+  while (!child.catches_sigint(SIGTERM) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(child.catches_sigint(SIGTERM));
+  REQUIRE(kill(child.pid(), SIGTERM) == 0);
+  CHECK(child.finish() == 128 + SIGTERM);  // stdin is still open: the signal ended the wait
+  CHECK(child.out().empty());
+  CHECK(!std::filesystem::exists(page));
+  CHECK(!std::filesystem::exists(json));
+}
