@@ -252,7 +252,18 @@ void add_convert(CLI::App& app) {
       "llama-quantize gives it (norms and biases stay as they are)");
   cmd->add_option("in", o->in, "input .gguf (tensors of any type specdec reads)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            std::error_code ec;
+            if (std::filesystem::is_directory(v, ec))
+              return v +
+                     " is a folder: convert rewrites .gguf files (generate, chat, bench and "
+                     "serve run a Hugging Face folder directly; llama.cpp's "
+                     "convert_hf_to_gguf.py makes a .gguf of it)";
+            if (!std::filesystem::exists(v, ec)) return "no such file: " + v;
+            return std::string{};
+          },
+          "FILE"));
   cmd->add_option("out", o->out, "output .gguf")->required();
   cmd->add_option("--type", o->type,
                   fmt::format("llama-quantize's preset: {} (any case; Q3_K, Q4_K, Q5_K mean their "

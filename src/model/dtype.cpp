@@ -4,10 +4,14 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstddef>
+#include <cstring>
 
 #include <fmt/format.h>
 
 #include "specdec/common.hpp"
+#include "specdec/model/float16.hpp"
+#include "specdec/model/quant_blocks.hpp"
 #include "specdec/model/quants.hpp"
 
 namespace specdec {
@@ -16,43 +20,53 @@ namespace {
 
 using namespace quant;
 
+// The float16 scales' byte offsets in a block (quant_blocks.hpp): the K-quants that keep them at
+// the end of the block.
+constexpr std::array<std::int16_t, 2> kNoScales = {-1, -1};
+constexpr std::int16_t kQ2KD = offsetof(BlockQ2_K, d);
+constexpr std::int16_t kQ3KD = offsetof(BlockQ3_K, d);
+constexpr std::int16_t kQ6KD = offsetof(BlockQ6_K, d);
+static_assert(offsetof(BlockQ2_K, dmin) == kQ2KD + 2 && offsetof(BlockQ4_K, dmin) == 2 &&
+              offsetof(BlockQ5_K, dmin) == 2 && offsetof(BlockQ4_1, m) == 2 &&
+              offsetof(BlockQ5_1, m) == 2 && offsetof(BlockIQ4XS, d) == 0);
+
 // Every ggml_type id ggml has assigned (ggml.h; gguf-py's GGML_QUANT_SIZES), in id order. Ids 4
 // and 5 (Q4_2, Q4_3) and 31-33, 36-38 belonged to removed types and are absent, like unknown ids.
 constexpr GgmlType kTypes[] = {
-    {0, "F32", 1, 4, DType::f32, dequantize_row_f32},
-    {1, "F16", 1, 2, DType::f16, dequantize_row_f16},
-    {2, "Q4_0", 32, 18, DType::q4_0, dequantize_row_q4_0},
-    {3, "Q4_1", 32, 20, DType::q4_1, dequantize_row_q4_1},
-    {6, "Q5_0", 32, 22, DType::q5_0, dequantize_row_q5_0},
-    {7, "Q5_1", 32, 24, DType::q5_1, dequantize_row_q5_1},
-    {8, "Q8_0", 32, 34, DType::q8_0, dequantize_row_q8_0},
-    {9, "Q8_1", 32, 36, {}, nullptr},
-    {10, "Q2_K", 256, 84, DType::q2_k, dequantize_row_q2_k},
-    {11, "Q3_K", 256, 110, DType::q3_k, dequantize_row_q3_k},
-    {12, "Q4_K", 256, 144, DType::q4_k, dequantize_row_q4_k},
-    {13, "Q5_K", 256, 176, DType::q5_k, dequantize_row_q5_k},
-    {14, "Q6_K", 256, 210, DType::q6_k, dequantize_row_q6_k},
-    {15, "Q8_K", 256, 292, {}, nullptr},
-    {16, "IQ2_XXS", 256, 66, {}, nullptr},
-    {17, "IQ2_XS", 256, 74, {}, nullptr},
-    {18, "IQ3_XXS", 256, 98, {}, nullptr},
-    {19, "IQ1_S", 256, 50, {}, nullptr},
-    {20, "IQ4_NL", 32, 18, DType::iq4_nl, dequantize_row_iq4_nl},
-    {21, "IQ3_S", 256, 110, {}, nullptr},
-    {22, "IQ2_S", 256, 82, {}, nullptr},
-    {23, "IQ4_XS", 256, 136, DType::iq4_xs, dequantize_row_iq4_xs},
-    {24, "I8", 1, 1, {}, nullptr},
-    {25, "I16", 1, 2, {}, nullptr},
-    {26, "I32", 1, 4, {}, nullptr},
-    {27, "I64", 1, 8, {}, nullptr},
-    {28, "F64", 1, 8, {}, nullptr},
-    {29, "IQ1_M", 256, 56, {}, nullptr},
-    {30, "BF16", 1, 2, DType::bf16, dequantize_row_bf16},
-    {34, "TQ1_0", 256, 54, {}, nullptr},
-    {35, "TQ2_0", 256, 66, {}, nullptr},
-    {39, "MXFP4", 32, 17, {}, nullptr},
-    {40, "NVFP4", 64, 36, {}, nullptr},
-    {41, "Q1_0", 128, 18, {}, nullptr},
+    {0, "F32", 1, 4, DType::f32, dequantize_row_f32, kNoScales},
+    {1, "F16", 1, 2, DType::f16, dequantize_row_f16, kNoScales},
+    {2, "Q4_0", 32, 18, DType::q4_0, dequantize_row_q4_0, {0, -1}},
+    {3, "Q4_1", 32, 20, DType::q4_1, dequantize_row_q4_1, {0, 2}},
+    {6, "Q5_0", 32, 22, DType::q5_0, dequantize_row_q5_0, {0, -1}},
+    {7, "Q5_1", 32, 24, DType::q5_1, dequantize_row_q5_1, {0, 2}},
+    {8, "Q8_0", 32, 34, DType::q8_0, dequantize_row_q8_0, {0, -1}},
+    {9, "Q8_1", 32, 36, {}, nullptr, kNoScales},
+    {10, "Q2_K", 256, 84, DType::q2_k, dequantize_row_q2_k, {kQ2KD, kQ2KD + 2}},
+    {11, "Q3_K", 256, 110, DType::q3_k, dequantize_row_q3_k, {kQ3KD, -1}},
+    {12, "Q4_K", 256, 144, DType::q4_k, dequantize_row_q4_k, {0, 2}},
+    {13, "Q5_K", 256, 176, DType::q5_k, dequantize_row_q5_k, {0, 2}},
+    {14, "Q6_K", 256, 210, DType::q6_k, dequantize_row_q6_k, {kQ6KD, -1}},
+    {15, "Q8_K", 256, 292, {}, nullptr, kNoScales},
+    {16, "IQ2_XXS", 256, 66, {}, nullptr, kNoScales},
+    {17, "IQ2_XS", 256, 74, {}, nullptr, kNoScales},
+    {18, "IQ3_XXS", 256, 98, {}, nullptr, kNoScales},
+    {19, "IQ1_S", 256, 50, {}, nullptr, kNoScales},
+    {20, "IQ4_NL", 32, 18, DType::iq4_nl, dequantize_row_iq4_nl, {0, -1}},
+    {21, "IQ3_S", 256, 110, {}, nullptr, kNoScales},
+    {22, "IQ2_S", 256, 82, {}, nullptr, kNoScales},
+    {23, "IQ4_XS", 256, 136, DType::iq4_xs, dequantize_row_iq4_xs, {0, -1}},
+    {24, "I8", 1, 1, {}, nullptr, kNoScales},
+    {25, "I16", 1, 2, {}, nullptr, kNoScales},
+    {26, "I32", 1, 4, {}, nullptr, kNoScales},
+    {27, "I64", 1, 8, {}, nullptr, kNoScales},
+    {28, "F64", 1, 8, {}, nullptr, kNoScales},
+    {29, "IQ1_M", 256, 56, {}, nullptr, kNoScales},
+    {30, "BF16", 1, 2, DType::bf16, dequantize_row_bf16, kNoScales},
+    {34, "TQ1_0", 256, 54, {}, nullptr, kNoScales},
+    {35, "TQ2_0", 256, 66, {}, nullptr, kNoScales},
+    {39, "MXFP4", 32, 17, {}, nullptr, kNoScales},
+    {40, "NVFP4", 64, 36, {}, nullptr, kNoScales},
+    {41, "Q1_0", 128, 18, {}, nullptr, kNoScales},
 };
 
 constexpr std::array<DType, kDTypeCount> kAllDTypes = {
@@ -147,4 +161,24 @@ void dequantize(DType t, const std::byte* blocks, float* out, std::size_t count)
   dtype_info(t).dequantize(blocks, out, count);
 }
 
+std::optional<NonFiniteScale> find_non_finite_scale(DType t, const std::byte* data,
+                                                    std::size_t nbytes) noexcept {
+  const GgmlType& row = dtype_info(t);
+  if (row.half_scales[0] < 0) return std::nullopt;
+  const std::size_t blocks = nbytes / row.block_bytes;
+  for (std::size_t block = 0; block < blocks; ++block) {
+    const std::byte* at = data + block * row.block_bytes;
+    for (std::size_t field = 0; field < row.half_scales.size(); ++field) {
+      if (row.half_scales[field] < 0) continue;
+      std::uint16_t bits = 0;
+      std::memcpy(&bits, at + row.half_scales[field], sizeof bits);
+      if ((bits & 0x7C00u) != 0x7C00u) continue;  // exponent all ones: Inf or NaN
+      const char* name = field == 0 ? "d" : row.block_elems == 256 ? "dmin" : "m";
+      return NonFiniteScale{block, name, fp16_to_fp32(bits)};
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace specdec
+

@@ -1,9 +1,13 @@
 // load_model (format detection) and validate_model_weights (the tensors a config implies).
 #include "specdec/model/loader.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -19,6 +23,52 @@ namespace {
 
 std::string shape_string(const std::vector<std::uint64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+/// Anything else would be silently ignored by the backends (an unsupported bias, a layer beyond
+/// block_count, ...): refuse it.
+void refuse_unexpected_tensors(const ModelConfig& c, const WeightStore& weights) {
+  const auto is_expected = [&](const std::string& name) {
+    if (name == "token_embd.weight" || name == "output_norm.weight") return true;
+    if (name == "output.weight") return !c.tied_embeddings;
+    if (name == "rope_freqs.weight") return c.rope_freq_factors;
+    unsigned layer = 0;
+    char suffix[32] = {};
+    if (std::sscanf(name.c_str(), "blk.%u.%31s", &layer, suffix) != 2 || layer >= c.n_layers ||
+        name != fmt::format("blk.{}.{}", layer, suffix))
+      return false;
+    const std::string_view s = suffix;
+    if (s == "attn_q.bias" || s == "attn_k.bias" || s == "attn_v.bias") return c.qkv_bias;
+    if (s == "attn_q_norm.weight" || s == "attn_k_norm.weight") return c.qk_norm;
+    return s == "attn_norm.weight" || s == "attn_q.weight" || s == "attn_k.weight" ||
+           s == "attn_v.weight" || s == "attn_output.weight" || s == "ffn_norm.weight" ||
+           s == "ffn_gate.weight" || s == "ffn_up.weight" || s == "ffn_down.weight";
+  };
+  for (const auto& [name, t] : weights.tensors())
+    if (!is_expected(name))
+      throw Error(fmt::format("unexpected tensor '{}' (shape {}) for this {} config", name,
+                              shape_string(t.shape), c.architecture));
+}
+
+
+/// A quantised block whose float16 scale is Inf or NaN makes all its weights Inf or NaN: the
+/// text would be garbage or the logits NaN rounds later (llama.cpp runs such a file). Refused
+/// here, naming the tensor and the block. The scan reads two bytes per block and so touches
+/// every page once: 70 ms of a 254 ms load of the 1.1 GB Qwen2.5-Coder-1.5B Q4_K_M file with
+/// its pages cached (docs/cli.md); the first forward would touch them anyway.
+void check_finite_scales(const WeightStore& weights) {
+  for (const auto& [name, t] : weights.tensors()) {
+    const auto bad = find_non_finite_scale(t.dtype, t.data, t.nbytes);
+    if (!bad) continue;
+    const std::size_t per_block = dtype_block_elems(t.dtype);
+    const std::size_t blocks_per_row = t.cols() / per_block;
+    const std::size_t first = (bad->block % blocks_per_row) * per_block;
+    throw Error(fmt::format(
+        "tensor '{}' ({}): block {} (row {}, columns {}..{}) has a non-finite scale {} = {}: the "
+        "file is damaged (every weight of that block would be {})",
+        name, dtype_name(t.dtype), bad->block, bad->block / blocks_per_row, first,
+        first + per_block - 1, bad->field, bad->value, std::isnan(bad->value) ? "NaN" : "infinite"));
+  }
 }
 
 }  // namespace
@@ -68,30 +118,10 @@ void validate_model_weights(const ModelConfig& c, const WeightStore& weights) {
       expect(blk + "attn_k_norm.weight", {c.head_dim}, true);
     }
   }
-  // Anything else would be silently ignored by the backends (an unsupported bias, a layer beyond
-  // block_count, ...): refuse it. Names are unique and all expected ones are present, so there is
-  // an extra tensor exactly when the counts differ.
-  if (weights.tensors().size() == expected_count) return;
-  const auto is_expected = [&](const std::string& name) {
-    if (name == "token_embd.weight" || name == "output_norm.weight") return true;
-    if (name == "output.weight") return !c.tied_embeddings;
-    if (name == "rope_freqs.weight") return c.rope_freq_factors;
-    unsigned layer = 0;
-    char suffix[32] = {};
-    if (std::sscanf(name.c_str(), "blk.%u.%31s", &layer, suffix) != 2 || layer >= c.n_layers ||
-        name != fmt::format("blk.{}.{}", layer, suffix))
-      return false;
-    const std::string_view s = suffix;
-    if (s == "attn_q.bias" || s == "attn_k.bias" || s == "attn_v.bias") return c.qkv_bias;
-    if (s == "attn_q_norm.weight" || s == "attn_k_norm.weight") return c.qk_norm;
-    return s == "attn_norm.weight" || s == "attn_q.weight" || s == "attn_k.weight" ||
-           s == "attn_v.weight" || s == "attn_output.weight" || s == "ffn_norm.weight" ||
-           s == "ffn_gate.weight" || s == "ffn_up.weight" || s == "ffn_down.weight";
-  };
-  for (const auto& [name, t] : weights.tensors())
-    if (!is_expected(name))
-      throw Error(fmt::format("unexpected tensor '{}' (shape {}) for this {} config", name,
-                              shape_string(t.shape), c.architecture));
+  // Names are unique and all expected ones are present, so there is an extra tensor exactly
+  // when the counts differ.
+  if (weights.tensors().size() != expected_count) refuse_unexpected_tensors(c, weights);
+  check_finite_scales(weights);
 }
 
 LoadedModel load_model(const std::string& path) {
@@ -99,6 +129,20 @@ LoadedModel load_model(const std::string& path) {
   std::error_code ec;
   const auto status = fs::status(p, ec);
   if (ec || !fs::exists(status)) throw Error(path + ": no such file or directory");
+  if (fs::is_directory(status) && !fs::exists(p / "config.json", ec)) {
+    // Not a Hugging Face folder: say what it holds that could be given instead.
+    std::vector<std::string> ggufs;
+    for (const auto& entry : fs::directory_iterator(p, ec))
+      if (entry.path().extension() == ".gguf") ggufs.push_back(entry.path().filename().string());
+    std::sort(ggufs.begin(), ggufs.end());
+    if (ggufs.size() > 4) ggufs.resize(4);
+    throw Error(fmt::format(
+        "{}: a folder without config.json, so not a Hugging Face model folder (config.json + "
+        "model.safetensors){}",
+        path,
+        ggufs.empty() ? std::string()
+                      : fmt::format("; it holds {}: give the file", fmt::join(ggufs, ", "))));
+  }
   if (fs::is_directory(status) || p.filename() == "config.json") return load_hf_model(path);
 
   char magic[4] = {};

@@ -7,7 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
 #include "model_writers.hpp"
+#include "specdec/model/dtype.hpp"
 #include "specdec/model/gguf.hpp"
 #include "specdec/model/hf.hpp"
 #include "specdec/model/safetensors.hpp"
@@ -704,11 +707,58 @@ TEST_CASE("load_model: paths that are not models", "[malformed]") {
   write_file(dir.path() / "random.bin", std::string_view("not a model at all"));
   CHECK_THROWS_WITH(load_model((dir.path() / "random.bin").string()),
                     Catch::Contains("random.bin: neither a GGUF file"));
-  CHECK_THROWS_WITH(load_model(dir.path().string()), Catch::Contains("config.json: cannot open"));
+  // A folder that is not a Hugging Face model folder: said so, with the .gguf files it holds.
+  CHECK_THROWS_WITH(load_model(dir.path().string()),
+                    Catch::Contains("a folder without config.json, so not a Hugging Face model "
+                                    "folder") &&
+                        !Catch::Contains("it holds"));
+  write_file(dir.path() / "m.gguf", tiny().build());
+  CHECK_THROWS_WITH(load_model(dir.path().string()), Catch::Contains("; it holds m.gguf: give the file"));
   // A truncated GGUF on disk: the message names the path.
   Bytes b = tiny().build();
   b.resize(b.size() / 2);
   const fs::path cut = dir.path() / "cut.gguf";
   write_file(cut, b);
   CHECK_THROWS_WITH(load_model(cut.string()), Catch::StartsWith(cut.string() + ": "));
+}
+
+TEST_CASE("GGUF: a quantised block with a non-finite scale is refused, naming tensor and block",
+          "[malformed][gguf]") {
+  // A scale of Inf or NaN makes every weight of its block Inf or NaN (llama.cpp runs such a file
+  // and prints garbage). Every type with float16 scales, each scale field, NaN, +Inf and -Inf.
+  TinyModel m;
+  m.dim = 256;  // one K-quant block, or eight 32-blocks, per row
+  m.head_dim = 128;
+  const std::string name = "blk.1.ffn_up.weight";  // [ffn = 16, dim = 256]
+  for (const DType t : all_dtypes()) {
+    const GgmlType& row = dtype_info(t);
+    for (const int offset : row.half_scales) {
+      if (offset < 0) continue;
+      for (const std::uint16_t bits : {std::uint16_t{0x7E00}, std::uint16_t{0x7C00},
+                                       std::uint16_t{0xFC00}}) {
+        INFO(row.name << " scale at byte " << offset << " bits " << bits);
+        GgufWriter w = tiny_gguf(m);
+        auto* tensor = w.find_tensor(name);
+        tensor->type = row.id;
+        const std::size_t blocks = 16 * 256 / row.block_elems;
+        tensor->data = Bytes(blocks * row.block_bytes);  // all-zero blocks: finite scales
+        {
+          const Bytes good = w.build();
+          CHECK_NOTHROW(load_gguf_bytes(good));
+        }
+        const std::size_t bad = blocks - 3;
+        std::memcpy(tensor->data.data() + bad * row.block_bytes + offset, &bits, 2);
+        const std::size_t per_row = 256 / row.block_elems;
+        const std::size_t first = (bad % per_row) * row.block_elems;
+        expect_gguf_error(
+            w, fmt::format("tensor '{}' ({}): block {} (row {}, columns {}..{}) has a non-finite "
+                           "scale {} = {}",
+                           name, row.name, bad, bad / per_row, first, first + row.block_elems - 1,
+                           offset == row.half_scales[0] ? "d"
+                           : row.block_elems == 256     ? "dmin"
+                                                        : "m",
+                           bits == 0x7E00 ? "nan" : bits == 0x7C00 ? "inf" : "-inf"));
+      }
+    }
+  }
 }

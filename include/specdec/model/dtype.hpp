@@ -9,6 +9,7 @@
 // bytes (ggml-common.h has the layouts; include/specdec/model/quant_blocks.hpp mirrors them).
 // A tensor's rows (its innermost dimension) hold whole blocks.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -53,6 +54,10 @@ struct GgmlType {
   /// `specdec info` can show them and loading can name them in its error).
   std::optional<DType> dtype;
   DequantizeFn dequantize;  ///< null when dtype is empty
+  /// Byte offsets in a block of its float16 scales (d; and m or dmin where the type has one), -1
+  /// for none (the float types, and the types specdec does not compute with). A non-finite
+  /// scale turns its whole block into NaN or Inf weights: loading refuses it.
+  std::array<std::int16_t, 2> half_scales;
 };
 
 /// The row of a ggml type id; nullptr for ids ggml never assigned or has since removed.
@@ -82,6 +87,17 @@ bool is_float_dtype(DType t) noexcept;
 /// Bytes of a row of `cols` weights; throws specdec::Error naming `what` when `cols` is not a
 /// multiple of the type's block size.
 std::size_t dtype_row_bytes(DType t, std::size_t cols, std::string_view what);
+
+/// A block whose float16 scale is Inf or NaN (GgmlType::half_scales).
+struct NonFiniteScale {
+  std::size_t block;  ///< index of the block in the tensor's data
+  const char* field;  ///< "d", "m" or "dmin"
+  float value;        ///< the scale (inf, -inf or nan)
+};
+/// The first block of `data` (`nbytes`, whole blocks of type t) with a non-finite scale; nullopt
+/// when there is none or t has no scales. One read of two bytes per block and scale.
+std::optional<NonFiniteScale> find_non_finite_scale(DType t, const std::byte* data,
+                                                    std::size_t nbytes) noexcept;
 
 /// out[0, count) = the weights at `blocks` as floats; count is a multiple of the block size.
 void dequantize(DType t, const std::byte* blocks, float* out, std::size_t count);
