@@ -214,6 +214,11 @@ const std::vector<LlamaFlag>& llama_flags() {
       {{"--prompt-cache"}, true, kNoShift},
       {{"--prompt-cache-all"}, false, kNoShift},
       {{"--prompt-cache-ro"}, false, kNoShift},
+      {{"--n-prompt", "-p"},
+       true,
+       "llama-bench's prompt length: specdec bench measures generation over prompts "
+       "(--prompts F.jsonl), specdec_bench_cpu prefill (docs/benchmarks.md); in chat, the "
+       "system message is --system TEXT"},
       // Logging: the cosmetic ones (the others: logging_flag() below).
       {{"--log-colors"}, true, {}, "specdec colours only its streamed text (--color)"},
       {{"--log-prefix"}, false, {}, "specdec's messages start with \"specdec:\""},

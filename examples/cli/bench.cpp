@@ -37,6 +37,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "bench_prompts.hpp"
 #include "commands.hpp"
 #include "common.hpp"
 #include "demo_models.hpp"
@@ -146,14 +147,26 @@ void run_bench(BenchOptions o) {
     prompt_source = *o.prompt_file;
   } else {
     if (!o.prompts) {
-      // eval-prompts.jsonl next to the target (the shared pair's layout), else the demo folder's.
+      // eval-prompts.jsonl next to the target (the demo and shared pairs' layout), else the
+      // demo folder's for the demo pair, else the built-in general prompts.
       const auto beside = std::filesystem::path(*o.target).parent_path() / kDemoPrompts;
-      o.prompts = std::filesystem::exists(beside)
-                      ? beside.string()
-                      : (find_models_dir(o.models_dir) / kDemoPrompts).string();
+      if (std::filesystem::exists(beside))
+        o.prompts = beside.string();
+      else if (demo_dir)
+        o.prompts = (*demo_dir / kDemoPrompts).string();
     }
-    prompts = read_eval_prompts(*o.prompts);
-    prompt_source = *o.prompts;
+    if (o.prompts) {
+      prompts = read_eval_prompts(*o.prompts);
+      prompt_source = *o.prompts;
+    } else {
+      for (const BuiltinPrompt& p : kBuiltinBenchPrompts)
+        prompts.push_back({std::string(p.domain), std::string(p.text)});
+      prompt_source = "built-in";
+      note(
+          fmt::format("no --prompts: running specdec's {} built-in general prompts (code and "
+                      "prose, plain text; docs/cli.md); --prompts FILE.jsonl measures yours",
+                      prompts.size()));
+    }
   }
   if (o.limit > 0) {  // the first `limit` prompts of each domain
     std::map<std::string, std::size_t> seen;

@@ -181,4 +181,3 @@ std::optional<NonFiniteScale> find_non_finite_scale(DType t, const std::byte* da
 }
 
 }  // namespace specdec
-

@@ -50,7 +50,6 @@ void refuse_unexpected_tensors(const ModelConfig& c, const WeightStore& weights)
                               shape_string(t.shape), c.architecture));
 }
 
-
 /// A quantised block whose float16 scale is Inf or NaN makes all its weights Inf or NaN: the
 /// text would be garbage or the logits NaN rounds later (llama.cpp runs such a file). Refused
 /// here, naming the tensor and the block. The scan reads two bytes per block and so touches
@@ -67,7 +66,8 @@ void check_finite_scales(const WeightStore& weights) {
         "tensor '{}' ({}): block {} (row {}, columns {}..{}) has a non-finite scale {} = {}: the "
         "file is damaged (every weight of that block would be {})",
         name, dtype_name(t.dtype), bad->block, bad->block / blocks_per_row, first,
-        first + per_block - 1, bad->field, bad->value, std::isnan(bad->value) ? "NaN" : "infinite"));
+        first + per_block - 1, bad->field, bad->value,
+        std::isnan(bad->value) ? "NaN" : "infinite"));
   }
 }
 

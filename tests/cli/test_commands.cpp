@@ -211,3 +211,24 @@ TEST_CASE("demo runs on the bundled models with no arguments", "[cli]") {
       run_cli({"demo", "-n", "4", "--repeat", "1", "--models-dir", SPECDEC_DEMO_MODELS});
   CHECK(r2.status == 0);
 }
+
+TEST_CASE("bench of a target without prompts runs the built-in general prompts and says so",
+          "[cli]") {
+  // The demo models seen from a folder without eval-prompts.jsonl, as a user's own files are.
+  const auto dir = specdec::test::temp_path("");
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_symlink(std::filesystem::absolute(demo_target()), dir / "t.gguf");
+  std::filesystem::create_symlink(std::filesystem::absolute(demo_draft()), dir / "d.gguf");
+  const auto r =
+      run_cli({"bench", "-m", (dir / "t.gguf").string(), "-md", (dir / "d.gguf").string(), "-n",
+               "4", "--limit", "1", "--repeat", "1", "--temp", "0", "--json"});
+  std::filesystem::remove_all(dir);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("specdec: note: no --prompts: running specdec's 8 built-in general prompts") !=
+        std::string::npos);
+  const auto j = specdec::test::parse_json_output(r);
+  CHECK(j["prompts"] == "built-in");
+  CHECK(j["greedy_runs_compared"] == 2);  // --limit 1: one code and one prose prompt
+  CHECK(j["greedy_runs_identical"] == 2);
+}

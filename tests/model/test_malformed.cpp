@@ -713,7 +713,8 @@ TEST_CASE("load_model: paths that are not models", "[malformed]") {
                                     "folder") &&
                         !Catch::Contains("it holds"));
   write_file(dir.path() / "m.gguf", tiny().build());
-  CHECK_THROWS_WITH(load_model(dir.path().string()), Catch::Contains("; it holds m.gguf: give the file"));
+  CHECK_THROWS_WITH(load_model(dir.path().string()),
+                    Catch::Contains("; it holds m.gguf: give the file"));
   // A truncated GGUF on disk: the message names the path.
   Bytes b = tiny().build();
   b.resize(b.size() / 2);
@@ -734,8 +735,8 @@ TEST_CASE("GGUF: a quantised block with a non-finite scale is refused, naming te
     const GgmlType& row = dtype_info(t);
     for (const int offset : row.half_scales) {
       if (offset < 0) continue;
-      for (const std::uint16_t bits : {std::uint16_t{0x7E00}, std::uint16_t{0x7C00},
-                                       std::uint16_t{0xFC00}}) {
+      for (const std::uint16_t bits :
+           {std::uint16_t{0x7E00}, std::uint16_t{0x7C00}, std::uint16_t{0xFC00}}) {
         INFO(row.name << " scale at byte " << offset << " bits " << bits);
         GgufWriter w = tiny_gguf(m);
         auto* tensor = w.find_tensor(name);
@@ -757,7 +758,9 @@ TEST_CASE("GGUF: a quantised block with a non-finite scale is refused, naming te
                            offset == row.half_scales[0] ? "d"
                            : row.block_elems == 256     ? "dmin"
                                                         : "m",
-                           bits == 0x7E00 ? "nan" : bits == 0x7C00 ? "inf" : "-inf"));
+                           bits == 0x7E00   ? "nan"
+                           : bits == 0x7C00 ? "inf"
+                                            : "-inf"));
       }
     }
   }
