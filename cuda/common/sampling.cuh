@@ -362,10 +362,15 @@ SPECDEC_DEVICE ProcessStatus process_row(const float* logits, int vocab,
     return ProcessStatus{-1};
   }
 
+  // With params.temperature_last (llama.cpp's chain) steps 1-3 run at temperature 1 and decide
+  // only which tokens are kept; step 4' weights those at the temperature.
+  const bool last = params.temperature_last;
+  const float filter_temperature = last ? 1.0f : params.temperature;
+
   // 1. temperature (probs holds s for now) and the max.
   float local_max = -INFINITY;
   for (int i = tid; i < vocab; i += threads) {
-    const float s = sampling::tempered_logit<float>(logits[i], params.temperature);
+    const float s = sampling::tempered_logit<float>(logits[i], filter_temperature);
     probs[i] = s;
     local_max = fmaxf(local_max, s);
   }
@@ -432,8 +437,21 @@ SPECDEC_DEVICE ProcessStatus process_row(const float* logits, int vocab,
     }
   }
 
-  // 4. min-p relative to the largest weight (1).
-  if (params.min_p > 0.0f) {
+  if (last) {
+    // 3'. min-p as a logit floor (llama.cpp), and 4'. the kept tokens' weights at the
+    // temperature. Without top-p a token is kept by its logit (its weight at temperature 1 may
+    // underflow where the tempered one does not).
+    const float min_logit = params.min_p > 0.0f ? s_max + logf(params.min_p) : -INFINITY;
+    const float t_max = sampling::tempered_logit<float>(s_max, params.temperature);
+    for (int i = tid; i < vocab; i += threads) {
+      const float l = logits[i];
+      const bool kept = (params.top_p < 1.0f ? probs[i] > 0.0f : l >= kth) && l >= min_logit;
+      probs[i] =
+          kept ? expf(sampling::tempered_logit<float>(l, params.temperature) - t_max) : 0.0f;
+    }
+    __syncthreads();
+  } else if (params.min_p > 0.0f) {
+    // 4. min-p relative to the largest weight (1).
     for (int i = tid; i < vocab; i += threads) {
       if (probs[i] < params.min_p) probs[i] = 0.0f;
     }

@@ -64,7 +64,11 @@ struct BenchOptions {
   std::size_t max_new_tokens = 128;
   std::size_t repeat = 3;
   std::size_t limit = 0;
-  SamplingFlags sampling;
+  SamplingFlags sampling = [] {
+    SamplingFlags f;
+    f.seed.text = "0";  // measurements repeat: the same texts in every run
+    return f;
+  }();
   ModelFlags models;
   BackendFlag backend;
   bool json = false;

@@ -189,7 +189,7 @@ void chat_on(const ChatOptions& o, Backend backend, const DecodeSetup& setup,
   GenerationConfig config;
   config.max_new_tokens = token_budget(o.n_predict);
   config.sampling = o.sampling.params(o.temperature);
-  config.seed = o.sampling.seed.resolve();
+  config.seed = o.sampling.seed.resolve(/*announce=*/o.temperature > 0);
   config.stop_at_eos = !o.ignore_eos;
   format.apply(config);
 

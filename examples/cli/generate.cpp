@@ -1,8 +1,9 @@
 // specdec generate: one generation, streamed to stdout (or one JSON object with --json).
 //
 //   specdec generate -m TARGET [-md DRAFT | --ngram N | --baseline] (-p TEXT | -f FILE)
-//                    [-n 128] [-k 4] [--draft-min 0] [--adaptive] [--temp 0.8] [--top-k 0]
-//                    [--top-p 1] [--min-p 0] [-s 0] [-t N] [-c N] [--backend cpu|cuda]
+//                    [-n 128] [-k 4] [--draft-min 0] [--adaptive] [--temp 0.8] [--top-k 40]
+//                    [--top-p 0.95] [--min-p 0.05] [--sampler-order llama|hf] [-s -1] [-t N]
+//                    [-c N] [--backend cpu|cuda]
 //                    [--chat [--system TEXT] [--chat-template NAME]] [--json] [--trace out.html]
 //
 // The flags are llama.cpp's where it has the same setting (docs/cli.md lists every one and its
@@ -181,7 +182,7 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   GenerationConfig config;
   config.max_new_tokens = budget;
   config.sampling = o.sampling.params(o.temperature);
-  config.seed = o.sampling.seed.resolve();
+  config.seed = o.sampling.seed.resolve(/*announce=*/o.temperature > 0);
   config.stop_strings = o.stop;
   config.stop_at_eos = !o.ignore_eos;
   config.record_rounds = o.trace || o.json || o.json_file;
@@ -217,6 +218,7 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   settings["top_k"] = o.sampling.top_k;
   settings["top_p"] = as_typed(o.sampling.top_p);
   settings["min_p"] = as_typed(o.sampling.min_p);
+  settings["sampler_order"] = o.sampling.order;
   settings["seed"] = config.seed;
   settings["max_new_tokens"] = o.n_predict;
   settings["context_length"] = target_context;

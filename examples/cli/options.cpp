@@ -11,18 +11,20 @@
 
 namespace specdec::cli {
 
-std::uint64_t SeedFlag::resolve() const {
+std::uint64_t SeedFlag::resolve(bool announce) const {
   if (text != "-1") return std::stoull(text);  // the validator accepted it
   std::random_device device;
   const std::uint64_t seed = (std::uint64_t{device()} << 32) | device();
-  if (logs(LogLevel::info))  // as llama.cpp prints its sampler seed: the run can be repeated
+  if (announce &&
+      logs(LogLevel::info))  // as llama.cpp prints its sampler seed: the run can be repeated
     fmt::print(stderr, "specdec: random seed {0} (-s {0} repeats this run)\n", seed);
   return seed;
 }
 
 void add_seed_flag(CLI::App& cmd, SeedFlag& seed) {
   cmd.add_option("-s,--seed", seed.text,
-                 "random seed (Philox): a run is reproducible from it; -1: a random one, printed")
+                 "random seed (Philox): a run is reproducible from it; -1: a random one, printed "
+                 "(as llama.cpp)")
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
             const bool digits =
@@ -35,7 +37,7 @@ void add_seed_flag(CLI::App& cmd, SeedFlag& seed) {
 }
 
 void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
-  cmd.add_option("--top-k", f.top_k, "keep the k most likely tokens (0: off)")
+  cmd.add_option("--top-k", f.top_k, "keep the k most likely tokens (0: off; llama.cpp's default)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd.add_option("--top-p", f.top_p,
@@ -50,6 +52,11 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
   cmd.add_option("--min-p", f.min_p,
                  "drop tokens below min-p x the top probability, in [0, 1] (0: off)")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd.add_option("--sampler-order", f.order,
+                 "llama: top-k, top-p and min-p on the logits, then the temperature (llama.cpp's "
+                 "chain); hf: the temperature first (Hugging Face transformers, vLLM)")
+      ->check(CLI::IsMember({"llama", "hf"}))
       ->capture_default_str();
   add_seed_flag(cmd, f.seed);
 }

@@ -64,20 +64,23 @@ inline const CLI::Validator kTemperature(
 
 // ------------------------------------------------------------------------ sampling
 
-/// -s/--seed: a number in [0, 2^64), or -1 for a random one (printed on stderr so that the run
-/// can be repeated, as llama.cpp does).
+/// -s/--seed: a number in [0, 2^64), or -1 (the default, as in llama.cpp) for a random one,
+/// printed on stderr so that the run can be repeated.
 struct SeedFlag {
-  std::string text = "0";
-  /// The seed to use; draws and prints it for -1.
-  [[nodiscard]] std::uint64_t resolve() const;
+  std::string text = "-1";
+  /// The seed to use; draws it for -1, and prints it when `announce` (a sampled run: greedy
+  /// decoding draws nothing from it).
+  [[nodiscard]] std::uint64_t resolve(bool announce = true) const;
 };
 
-/// --top-k, --top-p, --min-p, --seed (the temperature is added by each command: generate takes
-/// one, bench a list).
+/// --top-k, --top-p, --min-p, --sampler-order, --seed (the temperature is added by each command:
+/// generate takes one, bench a list). The defaults are llama.cpp's: top-k 40, top-p 0.95,
+/// min-p 0.05, applied to the logits before the temperature, and a random seed.
 struct SamplingFlags {
-  int top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  std::string order = "llama";  ///< "llama": temperature last; "hf": temperature first
   SeedFlag seed;
 
   [[nodiscard]] sampling::SamplingParams params(float temperature) const {
@@ -86,6 +89,7 @@ struct SamplingFlags {
     p.top_k = top_k;
     p.top_p = top_p;
     p.min_p = min_p;
+    p.temperature_last = order == "llama";
     return p;
   }
 };

@@ -108,9 +108,14 @@ TEST_CASE("p(x) and q(x) of each drafted token are the target's and the draft's 
     const specdec::LoadedModel model = specdec::load_model(file);
     specdec::cpu::Transformer lm(model);
     const specdec::LogitsView logits = lm.forward(sequence);
+    // What generate ran: --temp 0.8 --top-k 40 and llama.cpp's other defaults (top-p 0.95,
+    // min-p 0.05, the temperature last).
     specdec::sampling::SamplingParams params;
     params.temperature = 0.8f;
     params.top_k = 40;
+    params.top_p = 0.95f;
+    params.min_p = 0.05f;
+    params.temperature_last = true;
     std::vector<std::vector<float>> rows(logits.rows, std::vector<float>(logits.vocab));
     for (std::size_t i = 0; i < logits.rows; ++i)
       specdec::sampling::process_logits<float>(logits.row(i), params, rows[i]);

@@ -240,6 +240,11 @@ TEST_CASE("process_logits kernel == host processing", "[cuda-emu][sampling]") {
       {.temperature = 1.0f, .top_p = 0.5f, .min_p = 0.02f},
       {.temperature = 1.1f, .top_k = 100, .top_p = 0.95f, .min_p = 0.05f},
       {.temperature = 0.0f},
+      // llama.cpp's order (the filters on the logits, temperature last) and its defaults.
+      {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .temperature_last = true},
+      {.temperature = 2.0f, .temperature_last = true},
+      {.temperature = 0.5f, .top_p = 0.7f, .temperature_last = true},
+      {.temperature = 1.5f, .top_k = 100, .min_p = 0.1f, .temperature_last = true},
   };
   for_each_order([&] {
     for (const std::size_t vocab : {257u, 3000u}) {
@@ -250,7 +255,8 @@ TEST_CASE("process_logits kernel == host processing", "[cuda-emu][sampling]") {
       logits[vocab + 3] = logits[vocab + 4] = 20.0f;
       for (const SamplingParams& params : settings) {
         INFO("V " << vocab << " T " << params.temperature << " top_k " << params.top_k << " top_p "
-                  << params.top_p << " min_p " << params.min_p);
+                  << params.top_p << " min_p " << params.min_p << " temperature last "
+                  << params.temperature_last);
         const auto expected = processed(logits, vocab, params);
         DeviceBuffer<float> d_logits(logits);
         DeviceBuffer<float> d_probs(logits.size());

@@ -195,6 +195,9 @@ TEST_CASE("speculative sampling has the target's law (first 3 tokens, V = 4)", "
       {"temperature 0.6, top-k 3", SamplingParams{0.6f, 3, 1.0f, 0.0f}},
       {"temperature 1.3, top-p 0.7", SamplingParams{1.3f, 0, 0.7f, 0.0f}},
       {"min-p 0.3", SamplingParams{1.0f, 0, 1.0f, 0.3f}},
+      // llama.cpp's chain: the filters on the logits, the temperature last.
+      {"llama.cpp order: temperature 0.6, top-p 0.8, min-p 0.1",
+       SamplingParams{0.6f, 0, 0.8f, 0.1f, true}},
   };
   for (const auto& setting : settings) {
     const auto law = exact_law(target_model, prompt, setting.params);

@@ -116,6 +116,62 @@ TEST_CASE("process_logits matches Hugging Face transformers' warpers", "[process
   }
 }
 
+// tests/data/sampling/llama_logit_processing.json is made by
+// tools/make_llama_sampling_fixtures.cpp with llama.cpp 3f545be's sampler chain top-k -> top-p
+// -> min-p -> temperature: the tokens it keeps and the softmax (float64) of their tempered
+// logits, for the same float32 logits and float parameters.
+TEST_CASE("process_logits with temperature_last matches llama.cpp's sampler chain", "[process]") {
+  std::ifstream file(specdec::test::test_data() / "sampling" / "llama_logit_processing.json");
+  REQUIRE(file.good());
+  const auto doc = nlohmann::json::parse(file);
+  REQUIRE(doc.at("cases").size() >= 100);
+  for (const auto& c : doc.at("cases")) {
+    INFO(c.at("name").get<std::string>());
+    SamplingParams sp;
+    sp.temperature = c.at("temperature").get<float>();
+    sp.top_k = c.at("top_k").get<int>();
+    sp.top_p = c.at("top_p").get<float>();
+    sp.min_p = c.at("min_p").get<float>();
+    sp.temperature_last = true;
+    const auto logits = c.at("logits").get<std::vector<float>>();
+    const auto want = c.at("probs").get<std::vector<double>>();
+    for (const bool in_float : {false, true}) {
+      std::vector<double> got;
+      if (in_float) {
+        for (const float x : process_logits<float>(logits, sp)) got.push_back(x);
+      } else {
+        got = process_logits<double>(logits, sp);
+      }
+      // The same tokens kept (exactly), the same probabilities up to llama.cpp's float
+      // division by T (the fixture's) against specdec's.
+      std::size_t kept = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        REQUIRE((got[i] > 0) == (want[i] > 0));
+        kept += want[i] > 0;
+        REQUIRE(std::fabs(got[i] - want[i]) <= 2e-6);
+      }
+      CHECK(kept == c.at("kept").get<std::size_t>());
+    }
+  }
+}
+
+TEST_CASE("at temperature 1 both orders give the same distribution", "[process]") {
+  std::mt19937_64 gen(77);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<float> logits(std::vector<std::size_t>{3, 40, 700}[trial % 3]);
+    for (float& l : logits) l = normal(gen);
+    SamplingParams sp;
+    sp.top_k = std::vector<int>{0, 5, 40}[trial % 3];
+    sp.top_p = std::vector<float>{1.0f, 0.9f, 0.5f, 0.95f}[trial % 4];
+    sp.min_p = std::vector<float>{0.0f, 0.05f, 0.2f}[(trial / 4) % 3];
+    const auto hf = process_logits<double>(logits, sp);
+    sp.temperature_last = true;
+    INFO("trial " << trial);
+    require_close(process_logits<double>(logits, sp), hf, 1e-12);
+  }
+}
+
 TEST_CASE("process_logits matches a plain full-sort reference on random inputs", "[process]") {
   std::mt19937_64 gen(1234);
   std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -103,7 +103,8 @@ def check(condition, message):
 def generate(args, prompt, max_tokens, temperature, seed, context):
     out = subprocess.run([args.specdec, "generate", "-m", args.target, "-md", args.draft, "-p",
                           prompt, "-n", str(max_tokens), "--temp", str(temperature), "-s",
-                          str(seed), "-c", str(context), "--json"],
+                          str(seed), "-c", str(context), "--top-k", "0", "--top-p", "1",
+                          "--min-p", "0", "--sampler-order", "hf", "--json"],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 

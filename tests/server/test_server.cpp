@@ -94,6 +94,8 @@ struct Setting {
                                      fmt(top_p),
                                      "--min-p",
                                      fmt(min_p),
+                                     "--sampler-order",
+                                     "hf",
                                      "-c",
                                      kContext,
                                      "--json"};

@@ -17,8 +17,15 @@
 //      the largest probability. min_p = 0 keeps all;
 //   5. the kept tokens' probabilities are renormalised to sum to 1; the others are exactly 0.
 // llama.cpp's default sampler chain applies temperature LAST (after top-k/top-p/min-p); that
-// gives different top-p/min-p sets for T != 1. We follow transformers because it is the
-// reference the fixtures of tests/sampling are generated with (tools/gen_sampling_fixtures.py).
+// gives different top-p/min-p sets for T != 1. SamplingParams::temperature_last selects it:
+//   1'. top-k as above, on the logits;
+//   2'. top-p on the softmax of the logits (temperature 1) of what top-k kept, the tokens ranked
+//       by logit (lower index first on ties), as llama.cpp's llama_sampler_top_p;
+//   3'. min-p: keep the tokens whose logit is >= max logit + log(min_p) (llama_sampler_min_p);
+//   4'. the kept tokens' probabilities are softmax(logit / T) over them.
+// (llama.cpp cuts top-k at exactly k, its tie order unspecified; ties are kept here as in 2.)
+// The default is transformers' order: the fixtures of tests/sampling are generated with it
+// (tools/gen_sampling_fixtures.py); tools/make_llama_sampling_fixtures.cpp makes llama.cpp's.
 //
 // temperature <= 0 means greedy: a one-hot distribution at the argmax of the logits (the lowest
 // index wins ties). The filters never remove the argmax, so greedy ignores them.
@@ -51,6 +58,10 @@ struct SamplingParams {
   int top_k = 0;             ///< 0: off
   float top_p = 1.0f;        ///< in (0, 1]; 1: off
   float min_p = 0.0f;        ///< in [0, 1]; 0: off
+  /// false: temperature first, then the filters on the tempered distribution (Hugging Face
+  /// transformers, vLLM). true: the filters on the logits as they are, then the temperature over
+  /// what they kept (llama.cpp's default chain top-k, top-p, min-p, temperature).
+  bool temperature_last = false;
 
   [[nodiscard]] constexpr bool greedy() const { return temperature <= 0.0f; }
 };
@@ -174,7 +185,9 @@ inline constexpr float kExpUnderflow = -104.0f;
 
 /// What decides the weight of a token (ProcessedRow's plan, in float): w = exp(s - s_max) with
 /// s = logit / temperature, kept iff s >= s_floor (top-k), (w, index) ranks at or before
-/// (w_boundary, last_tie) (top-p) and w >= w_min (min-p); 0 otherwise.
+/// (w_boundary, last_tie) (top-p) and w >= w_min (min-p); 0 otherwise. With logit_filters
+/// (temperature last), kept iff logit >= l_floor (top-k and min-p) and (logit, index) ranks at
+/// or before (l_boundary, last_tie) (top-p).
 struct WeightRule {
   float temperature = 1;
   float s_max = 0;
@@ -184,6 +197,9 @@ struct WeightRule {
   std::int32_t last_tie = 0;
   bool min_p_on = false;
   float w_min = 0;
+  bool logit_filters = false;
+  float l_floor = -std::numeric_limits<float>::infinity();
+  float l_boundary = 0;
 };
 
 // The compiler must not contract a * b + c into an FMA in the weight pass (GCC contracts in C++
@@ -465,6 +481,7 @@ class ProcessedRow {
   /// kept weights, which materialise() scales.
   static ProcessedRow plan(std::span<const float> logits, const SamplingParams& params,
                            std::size_t argmax, std::span<Real> work) {
+    if (params.temperature_last) return plan_temperature_last(logits, params, argmax, work);
     ProcessedRow row;
     const std::size_t vocab = logits.size();
     row.logits_ = logits.data();
@@ -500,6 +517,49 @@ class ProcessedRow {
     return row;
   }
 
+  /// plan() in llama.cpp's order: the filters decide on the logits (at temperature 1), then the
+  /// kept tokens are weighted at the temperature.
+  static ProcessedRow plan_temperature_last(std::span<const float> logits,
+                                            const SamplingParams& params, std::size_t argmax,
+                                            std::span<Real> work) {
+    const std::size_t vocab = logits.size();
+    const float l_max = logits[argmax];
+    // 1'. top-k: the k-th largest logit.
+    float floor = -std::numeric_limits<float>::infinity();
+    const auto top_k = static_cast<std::size_t>(params.top_k);
+    if (top_k > 0 && top_k < vocab) {
+      std::vector<float> buffer;
+      floor = detail::kth_largest(logits.data(), vocab, top_k, buffer);
+    }
+    // 2'. top-p on the temperature-1 distribution of what top-k kept: the nucleus of that row,
+    // whose last token becomes the boundary in logit rank.
+    ProcessedRow row;
+    row.logits_ = logits.data();
+    row.vocab_ = vocab;
+    if (params.top_p < 1.0f) {
+      ProcessedRow one = row;
+      one.temperature_ = 1.0f;
+      one.s_max_ = static_cast<Real>(l_max);
+      one.s_floor_ = static_cast<Real>(floor);
+      const double total = one.pass(work.data());
+      one.choose_nucleus(work, total, static_cast<double>(params.top_p));
+      row.nucleus_on_ = true;
+      row.l_boundary_ = logits[one.last_tie_];
+      row.last_tie_ = one.last_tie_;
+    }
+    // 3'. min-p as llama.cpp computes it: a logit floor.
+    if (params.min_p > 0.0f) floor = std::max(floor, l_max + std::log(params.min_p));
+    row.logit_filters_ = true;
+    row.l_floor_ = floor;
+    // 4'. the kept tokens' weights at the temperature, and their total (>= 1: the argmax).
+    row.temperature_ = params.temperature;
+    row.s_max_ = tempered_logit<Real>(l_max, params.temperature);
+    row.total_ = row.pass(work.data());
+    row.weights_ = work.data();
+    row.scale_ = 1.0 / row.total_;
+    return row;
+  }
+
   /// The processed probability of token i: bit for bit the entry materialise() writes.
   [[nodiscard]] Real prob(std::size_t i) const {
     return static_cast<Real>(static_cast<double>(weight(i)) * scale_);
@@ -529,6 +589,12 @@ class ProcessedRow {
     }
 #endif
     const Real s = tempered_logit<Real>(logits_[i], temperature_);
+    if (logit_filters_) {
+      const float l = logits_[i];
+      if (!(l >= l_floor_)) return Real(0);
+      if (nucleus_on_ && !(l > l_boundary_ || (l == l_boundary_ && i <= last_tie_))) return Real(0);
+      return std::exp(s - s_max_);
+    }
     if (!(s >= s_floor_)) return Real(0);
     const Real w = std::exp(s - s_max_);
     if (nucleus_on_ && !(w > w_boundary_ || (w == w_boundary_ && i <= last_tie_))) return Real(0);
@@ -541,7 +607,8 @@ class ProcessedRow {
   [[nodiscard]] detail::WeightRule rule() const requires std::is_same_v<Real, float> {
     return {temperature_, s_max_,      s_floor_,
             nucleus_on_,  w_boundary_, static_cast<std::int32_t>(last_tie_),
-            min_p_on_,    w_min_};
+            min_p_on_,    w_min_,      logit_filters_,
+            l_floor_,     l_boundary_};
   }
 #endif
 
@@ -648,6 +715,11 @@ class ProcessedRow {
   std::size_t last_tie_ = 0;
   bool min_p_on_ = false;  // min-p: kept iff w >= w_min
   Real w_min_ = 0;
+  // temperature_last: kept iff logit >= l_floor and (logit, index) ranks at or before
+  // (l_boundary, last_tie) when nucleus_on.
+  bool logit_filters_ = false;
+  float l_floor_ = -std::numeric_limits<float>::infinity();
+  float l_boundary_ = 0;
   double total_ = 1;
   double scale_ = 1;
 };
