@@ -3,7 +3,8 @@
 // rows, for the conformance test of SamplingParams::temperature_last (tests/sampling/
 // test_process.cpp). For each case it records the tokens llama.cpp keeps and their tempered
 // logits as llama.cpp leaves them; the probabilities are their softmax in float64 (llama.cpp's
-// dist sampler draws from the same softmax, in float).
+// dist sampler draws from the same softmax, in float). "kept" lists [id, probability] of the
+// kept tokens; every other token has probability 0.
 //
 // Build against llama.cpp 3f545be (../shared/baselines/llama.cpp; build.sh, or only its `llama`
 // target) and run from the repository root:
@@ -56,16 +57,17 @@ int main() {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const std::vector<Params> params = {
       {0.8f, 40, 0.95f, 0.05f},  // llama.cpp's defaults
-      {1.0f, 0, 1.0f, 0.0f},   {0.5f, 0, 1.0f, 0.0f},   {0.7f, 3, 1.0f, 0.0f},
-      {1.5f, 0, 0.9f, 0.0f},   {0.6f, 0, 0.5f, 0.0f},   {2.0f, 0, 1.0f, 0.1f},
-      {0.3f, 0, 1.0f, 0.3f},   {1.2f, 10, 0.8f, 0.02f}, {0.9f, 40, 0.95f, 0.05f},
+      {1.0f, 0, 1.0f, 0.0f},    {0.5f, 0, 1.0f, 0.0f},   {0.7f, 3, 1.0f, 0.0f},
+      {1.5f, 0, 0.9f, 0.0f},    {0.6f, 0, 0.5f, 0.0f},   {2.0f, 0, 1.0f, 0.1f},
+      {0.3f, 0, 1.0f, 0.3f},    {1.2f, 10, 0.8f, 0.02f}, {0.9f, 40, 0.95f, 0.05f},
   };
-  const std::vector<std::size_t> vocabs = {5, 7, 50, 600, 3000};
+  const std::vector<std::size_t> vocabs = {5, 8, 50, 256};
   const std::vector<float> scales = {0.5f, 2.0f, 5.0f};
   std::printf("{\n \"generator\": \"tools/make_llama_sampling_fixtures.cpp\",\n");
-  std::printf(" \"reference\": \"llama.cpp 3f545be: llama_sampler_init_top_k, _top_p(p, 1), "
-              "_min_p(p, 1), _temp, applied in that order; softmax of the kept tempered logits "
-              "in float64\",\n");
+  std::printf(
+      " \"reference\": \"llama.cpp 3f545be: llama_sampler_init_top_k, _top_p(p, 1), "
+      "_min_p(p, 1), _temp, applied in that order; softmax of the kept tempered logits "
+      "in float64\",\n");
   std::printf(" \"cases\": [\n");
   int skipped = 0;
   bool first = true;
@@ -95,20 +97,27 @@ int main() {
         llama_sampler_free(chain);
         std::vector<double> probs(vocab, 0.0);
         double max_l = -INFINITY;
-        for (std::size_t i = 0; i < cur.size; ++i) max_l = std::max(max_l, double(cur.data[i].logit));
+        for (std::size_t i = 0; i < cur.size; ++i)
+          max_l = std::max(max_l, double(cur.data[i].logit));
         double total = 0;
-        for (std::size_t i = 0; i < cur.size; ++i) total += std::exp(double(cur.data[i].logit) - max_l);
+        for (std::size_t i = 0; i < cur.size; ++i)
+          total += std::exp(double(cur.data[i].logit) - max_l);
         for (std::size_t i = 0; i < cur.size; ++i)
           probs[std::size_t(cur.data[i].id)] = std::exp(double(cur.data[i].logit) - max_l) / total;
-        std::printf("%s  {\n   \"name\": \"V%zu_scale%g_T%g_k%d_p%g_minp%g\",\n", first ? "" : ",\n",
-                    vocab, scale, p.temperature, p.top_k, p.top_p, p.min_p);
+        std::printf("%s  {\n   \"name\": \"V%zu_scale%g_T%g_k%d_p%g_minp%g\",\n",
+                    first ? "" : ",\n", vocab, scale, p.temperature, p.top_k, p.top_p, p.min_p);
         first = false;
         std::printf("   \"temperature\": %.9g, \"top_k\": %d, \"top_p\": %.9g, \"min_p\": %.9g,\n",
                     p.temperature, p.top_k, p.top_p, p.min_p);
         std::printf("   \"logits\": [");
         for (std::size_t i = 0; i < vocab; ++i) std::printf("%s%.9g", i ? ", " : "", logits[i]);
-        std::printf("],\n   \"kept\": %zu,\n   \"probs\": [", cur.size);
-        for (std::size_t i = 0; i < vocab; ++i) std::printf("%s%.17g", i ? ", " : "", probs[i]);
+        std::printf("],\n   \"kept\": [");  // [id, probability] of each kept token, by id
+        bool any = false;
+        for (std::size_t i = 0; i < vocab; ++i) {
+          if (probs[i] <= 0) continue;
+          std::printf("%s[%zu, %.17g]", any ? ", " : "", i, probs[i]);
+          any = true;
+        }
         std::printf("]\n  }");
       }
     }
