@@ -19,7 +19,6 @@
 
 #include "chat.hpp"
 
-#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +36,7 @@
 #include "args.hpp"
 #include "commands.hpp"
 #include "common.hpp"
+#include "line_input.hpp"
 #include "options.hpp"
 
 namespace specdec::cli {
@@ -106,63 +106,6 @@ constexpr const char* kAnswerNote =
     "once)\n";
 constexpr const char* kPromptNote = "\n";
 
-/// Lines of stdin, read so that a SIGINT at the prompt is seen at once (stdin is polled beside
-/// interrupt_fd(), not read by a blocking call that SA_RESTART would resume).
-class LineReader {
- public:
-  enum class Status { line, end, interrupted };
-
-  /// The next message: one line, or several joined when a line ends with a backslash (as in
-  /// llama.cpp's interactive mode). A final "\r" (CRLF input) is dropped.
-  Status next(std::string& message) {
-    message.clear();
-    for (std::string line;;) {
-      const Status status = next_line(line);
-      if (status != Status::line) return message.empty() ? status : Status::line;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (!line.empty() && line.back() == '\\') {
-        line.pop_back();
-        message += line + "\n";
-        continue;
-      }
-      message += line;
-      return Status::line;
-    }
-  }
-
- private:
-  Status next_line(std::string& line) {
-    for (;;) {
-      if (const auto newline = buffer_.find('\n'); newline != std::string::npos) {
-        line = buffer_.substr(0, newline);
-        buffer_.erase(0, newline + 1);
-        return Status::line;
-      }
-      if (ended_) {
-        if (buffer_.empty()) return Status::end;
-        line = std::exchange(buffer_, {});  // a last line without its newline
-        return Status::line;
-      }
-      if (interrupted()) return Status::interrupted;
-      pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {interrupt_fd(), POLLIN, 0}};
-      const int ready = ::poll(fds, interrupt_fd() >= 0 ? 2 : 1, -1);
-      if (ready < 0 && errno != EINTR)
-        throw Error(fmt::format("stdin: poll failed: {}", std::strerror(errno)));
-      if (interrupted()) return Status::interrupted;
-      if (ready <= 0 || (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      char chunk[4096];
-      const ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw Error(fmt::format("stdin: read failed: {}", std::strerror(errno)));
-      if (n == 0) ended_ = true;
-      buffer_.append(chunk, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
-    }
-  }
-
-  std::string buffer_;
-  bool ended_ = false;
-};
-
 nlohmann::json messages_json(const std::vector<ChatMessage>& messages) {
   nlohmann::json out = nlohmann::json::array();
   for (const ChatMessage& m : messages) out.push_back({{"role", m.role}, {"content", m.content}});
@@ -196,10 +139,12 @@ void chat_on(const ChatOptions& o, Backend backend, const DecodeSetup& setup,
   Decoder<LM> decoder(target, draft ? &*draft : nullptr, setup);
   const bool terminal = isatty(STDIN_FILENO) != 0 && isatty(STDOUT_FILENO) != 0;
   if (terminal)
-    fmt::print(stderr,
-               "specdec chat: {} ({} template), {} on {}. Enter a message; a line ending with \\ "
-               "continues it. /exit or Ctrl-D ends the chat, Ctrl-C stops an answer.\n",
-               o.target, format.tmpl.name(), setup.label(), backend_name(backend));
+    fmt::print(
+        stderr,
+        "specdec chat: {} ({} template), {} on {}. Enter a message (Up/Down: earlier ones); a "
+        "line ending with \\ continues it. /exit or Ctrl-D ends the chat, Ctrl-C stops an "
+        "answer.\n",
+        o.target, format.tmpl.name(), setup.label(), backend_name(backend));
 
   std::vector<ChatMessage> messages;
   if (o.chat.system) messages.push_back({"system", *o.chat.system});
@@ -219,13 +164,13 @@ void chat_on(const ChatOptions& o, Backend backend, const DecodeSetup& setup,
     json_file->write(json_text(out));
   };
 
-  LineReader reader;
+  // On a terminal the prompt is libedit's (\1...\2: bytes that take no column).
+  LineInput reader(use_colour() ? "\1\x1b[1m\2> \1\x1b[0m\2" : "> ", "... ");
   std::string text;
   reset_interrupts(kPromptNote);
   while (true) {
-    if (terminal) write_stdout(use_colour() ? "\x1b[1m> \x1b[0m" : "> ");
-    const LineReader::Status status = reader.next(text);
-    if (status != LineReader::Status::line || text == "/exit") break;  // interrupted: status 130
+    const LineInput::Status status = reader.next(text);
+    if (status != LineInput::Status::line || text == "/exit") break;  // interrupted: status 130
     if (text.find_first_not_of(" \t\r\n") == std::string::npos) continue;
 
     messages.push_back({"user", text});

@@ -11,9 +11,14 @@
 //   - the input rules (/exit, end of input, blank lines, a backslash continues a line), errors;
 //   - Ctrl-C stops the current answer only; Ctrl-C at the prompt ends the chat (status 130).
 
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -302,4 +307,125 @@ TEST_CASE("chat: SIGTERM ends the chat after the current round, the conversation
   CHECK(j["turns"][0]["tokens"].size() <= 3);
   CHECK(j["messages"].size() == 2);
   CHECK(child.out() == j["turns"][0]["text"].get<std::string>() + "\n");
+}
+
+namespace {
+
+/// specdec chat on a pseudo-terminal, as a person at a terminal runs it.
+class TerminalChat {
+ public:
+  explicit TerminalChat(const std::vector<std::string>& args) {
+    std::vector<std::string> argv_s = {SPECDEC_CLI};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = forkpty(&master_, nullptr, nullptr, nullptr);
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      for (const int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL);
+      setenv("NO_COLOR", "1", 1);
+      setenv("TERM", "xterm", 1);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~TerminalChat() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(master_);
+  }
+  TerminalChat(const TerminalChat&) = delete;
+  TerminalChat& operator=(const TerminalChat&) = delete;
+
+  void type(const std::string& keys) {
+    REQUIRE(::write(master_, keys.data(), keys.size()) == static_cast<ssize_t>(keys.size()));
+  }
+  /// Reads the terminal until it has shown `text` `count` times in all.
+  bool wait_for(const std::string& text, std::size_t count = 1) {
+    return wait_until([&] { return Child::occurrences(screen_, text) >= count; });
+  }
+  /// Reads the terminal until `answers` answers have ended (their statistics line shown) and the
+  /// prompt waits after the last: what is typed now goes to the line editor.
+  bool wait_for_prompt(std::size_t answers) {
+    return wait_until([&] {
+      const std::size_t stats = screen_.rfind("| stop: ");
+      return Child::occurrences(screen_, "| stop: ") >= answers &&
+             screen_.find("> ", answers == 0 ? 0 : stats) != std::string::npos;
+    });
+  }
+  template <class Done>
+  bool wait_until(Done done) {
+    const auto deadline = std::chrono::steady_clock::now() + specdec::test::kPatience;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      pollfd p{master_, POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      char buffer[4096];
+      const ssize_t n = read(master_, buffer, sizeof buffer);
+      if (n <= 0) return false;
+      screen_.append(buffer, static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+  int finish() {
+    (void)wait_until([] { return false; });  // to EOF (read fails once the child has gone)
+    int status = 0;
+    REQUIRE(waitpid(pid_, &status, 0) == pid_);
+    exited_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  [[nodiscard]] const std::string& screen() const { return screen_; }
+
+ private:
+  int master_ = -1;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  std::string screen_;
+};
+
+}  // namespace
+
+TEST_CASE("chat on a terminal: line editing and the history of messages (libedit)", "[cli][chat]") {
+  const ChatPair pair;
+  const auto file = specdec::test::temp_path(".json");
+  TerminalChat chat({"chat", "-m", pair.target.string(), "-md", pair.draft.string(), "-n", "2",
+                     "--temp", "0", "--json-file", file.string()});
+  REQUIRE(chat.wait_for_prompt(0));
+  // "helo", Left, "l", Enter: the message is "hello" (the arrow moved the cursor; it did not
+  // reach the model as "\x1b[D").
+  chat.type("helo\x1b[Dl\r");
+  REQUIRE(chat.wait_for_prompt(1));
+  // Up recalls "hello"; Ctrl-A (start of line) and "oh " edit it: "oh hello".
+  chat.type("\x1b[A\x01oh \r");
+  REQUIRE(chat.wait_for_prompt(2));
+  chat.type("\x04");  // Ctrl-D on an empty line ends the chat
+  INFO(chat.screen());
+  CHECK(chat.finish() == 0);
+  const json j = json::parse(read_file(file));
+  fs::remove(file);
+  REQUIRE(j["messages"].size() == 4);
+  CHECK(j["messages"][0]["content"] == "hello");
+  CHECK(j["messages"][2]["content"] == "oh hello");
+}
+
+TEST_CASE("chat on a terminal: Ctrl-C at the prompt ends the chat, the conversation written",
+          "[cli][chat][interrupt]") {
+  const ChatPair pair;
+  const auto file = specdec::test::temp_path(".json");
+  TerminalChat chat({"chat", "-m", pair.target.string(), "-md", pair.draft.string(), "-n", "2",
+                     "--temp", "0", "--json-file", file.string()});
+  REQUIRE(chat.wait_for_prompt(0));
+  chat.type("hi\r");
+  REQUIRE(chat.wait_for_prompt(1));
+  chat.type("half a messa");
+  chat.type("\x03");  // the terminal sends SIGINT: libedit leaves the signal keys to the terminal
+  INFO(chat.screen());
+  CHECK(chat.finish() == 130);
+  const json j = json::parse(read_file(file));
+  fs::remove(file);
+  REQUIRE(j["messages"].size() == 2);  // the unfinished line is not a message
+  CHECK(j["messages"][0]["content"] == "hi");
 }
