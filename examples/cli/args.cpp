@@ -25,7 +25,7 @@ struct Alias {
 constexpr Alias kAliases[] = {
     {"-md", "--model-draft"},    {"-cd", "--ctx-size-draft"}, {"-td", "--threads-draft"},
     {"-ctk", "--cache-type-k"},  {"-ctv", "--cache-type-v"},  {"-co", "--color"},
-    {"-sys", "--system-prompt"}, {"-np", "--parallel"},
+    {"-sys", "--system-prompt"}, {"-np", "--parallel"},       {"-sp", "--special"},
 };
 
 // ------------------------------------------------------------------------ llama.cpp flags

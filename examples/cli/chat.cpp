@@ -94,6 +94,7 @@ struct ChatOptions : DecodeFlags {
   float temperature = 0.8f;
   SamplingFlags sampling;
   bool ignore_eos = false;
+  bool special = false;
   ModelFlags models;
   BackendFlag backend;
   ChatFlags chat;
@@ -134,6 +135,7 @@ void chat_on(const ChatOptions& o, Backend backend, const DecodeSetup& setup,
   config.sampling = o.sampling.params(o.temperature);
   config.seed = o.sampling.seed.resolve(/*announce=*/o.temperature > 0);
   config.stop_at_eos = !o.ignore_eos;
+  config.special_tokens_as_text = o.special;
   format.apply(config);
 
   Decoder<LM> decoder(target, draft ? &*draft : nullptr, setup);
@@ -251,6 +253,8 @@ void add_chat(CLI::App& app) {
   add_sampling_flags(*cmd, o->sampling);
   cmd->add_flag("--ignore-eos", o->ignore_eos,
                 "do not stop at the end-of-sequence or end-of-turn token");
+  cmd->add_flag("--special", o->special,
+                "write control tokens into the answers' text, as llama.cpp's --special");
   add_model_flags(*cmd, o->models, true);
   add_backend_flag(*cmd, o->backend);
   cmd->add_option("--json-file", o->json_file,

@@ -40,6 +40,7 @@ struct GenerateOptions : DecodeFlags {
   SamplingFlags sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  bool special = false;
   ModelFlags models;
   bool json = false;
   std::optional<std::string> json_file;
@@ -186,6 +187,7 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   config.stop_strings = o.stop;
   config.stop_at_eos = !o.ignore_eos;
   config.record_rounds = o.trace || o.json || o.json_file;
+  config.special_tokens_as_text = o.special;
   if (chat) chat->apply(config);
 
   Callbacks callbacks;
@@ -225,6 +227,7 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   if (draft) settings["draft_context_length"] = draft->lm->context_length();
   settings["kv_cache_type"] = o.models.cache_type_k;
   if (o.ignore_eos) settings["ignore_eos"] = true;
+  if (o.special) settings["special"] = true;
   if (chat) settings["chat_template"] = std::string(chat->tmpl.name());
 
   nlohmann::json out = settings;
@@ -332,6 +335,9 @@ void add_generate(CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--ignore-eos", o->ignore_eos,
                 "do not stop at the end-of-sequence token (it is emitted like any other)");
+  cmd->add_flag(
+      "--special", o->special,
+      "write control tokens (<|im_start|>, ...) into the text, as llama.cpp's --special (-sp)");
 
   add_model_flags(*cmd, o->models, true);
   add_backend_flag(*cmd, o->backend);

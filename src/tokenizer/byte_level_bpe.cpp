@@ -66,6 +66,9 @@ class ByteLevelBpe final : public Tokenizer {
 
   [[nodiscard]] std::vector<token_t> encode(std::string_view text, bool add_special) const override;
   [[nodiscard]] std::string token_bytes(token_t id) const override;
+  [[nodiscard]] bool is_control(token_t id) const override {
+    return types_[checked(id)] == kTypeControl;
+  }
   [[nodiscard]] std::string_view token_piece(token_t id) const override {
     return pieces_.at(checked(id));
   }

@@ -232,6 +232,19 @@ TEST_CASE("ignore-eos generates past the end-of-sequence token", "[cli]") {
   REQUIRE(after.size() > before.size());
   CHECK(std::equal(before.begin(), before.end(), after.begin()));
   CHECK(after[before.size()] == kEos);
+  // -sp / --special: the control token's piece is written into the text where it was emitted
+  // (without the flag it vanishes, as the reference tokenizers decode).
+  for (const char* sp : {"-sp", "--special"}) {
+    const auto shown = json_of(plus(args, {"--ignore-eos", sp}));
+    CHECK(shown["tokens"] == goes_on["tokens"]);
+    CHECK(shown["special"] == true);
+    const std::string text = shown["text"];
+    const std::string plain = goes_on["text"];
+    const auto at = text.find("\xe2\x96\x81LORD");  // the piece "▁LORD"
+    REQUIRE(at != std::string::npos);
+    CHECK(plain.find("LORD") == std::string::npos);
+    CHECK(text.substr(0, at) == plain.substr(0, at));  // the same text before it
+  }
   std::filesystem::remove(model);
 }
 

@@ -40,6 +40,10 @@ struct GenerationConfig {
   /// Unlike the EOS they apply even when stop_at_eos is false.
   std::vector<token_t> stop_tokens;
   bool record_rounds = false;  ///< keep a RoundRecord per round in GenerationResult::rounds
+  /// Write control tokens ("<|im_end|>", ...) into the text as their pieces instead of
+  /// skipping them (llama.cpp's --special). An EOS or stop token still ends the generation
+  /// without being emitted.
+  bool special_tokens_as_text = false;
 };
 
 /// One emitted token and the text it made final. `token` is -1 for the last event of a
@@ -117,6 +121,7 @@ class Emitter {
         result_(&result),
         eos_(resolve_eos(cfg, tok)) {
     if (tok) {
+      tok_ = tok;
       detok_.emplace(*tok);
       // The generated text continues the prompt's: prime the detokenizer with the prompt so
       // that the first generated piece keeps its leading space and completes any UTF-8
@@ -143,7 +148,12 @@ class Emitter {
     result_->tokens.push_back(t);
     const std::size_t index = result_->tokens.size() - 1;
     if (detok_) {
-      held_ += detok_->push(t);
+      if (cfg_->special_tokens_as_text && tok_->is_control(t)) {
+        held_ += detok_->flush();  // an unfinished UTF-8 sequence ends before the piece
+        held_ += tok_->token_piece(t);
+      } else {
+        held_ += detok_->push(t);
+      }
       release(false);
     }
     if (on_token_) on_token_(TokenEvent{t, released_, index});
@@ -194,6 +204,7 @@ class Emitter {
   std::vector<token_t>* sequence_;
   GenerationResult* result_;
   token_t eos_;
+  const Tokenizer* tok_ = nullptr;
   std::optional<IncrementalDetokenizer> detok_;
   std::string held_;      ///< decoded text not yet released (a possible stop-string prefix)
   std::string released_;  ///< the text released by the last emit()

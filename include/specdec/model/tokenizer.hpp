@@ -55,6 +55,11 @@ class Tokenizer {
   [[nodiscard]] virtual std::string token_bytes(token_t id) const = 0;
   /// The token's piece as stored in the vocabulary (for display).
   [[nodiscard]] virtual std::string_view token_piece(token_t id) const = 0;
+  /// Whether the token is a control token ("<s>", "<|im_end|>"): one that decoding skips.
+  [[nodiscard]] virtual bool is_control(token_t id) const {
+    (void)id;
+    return false;
+  }
 
   /// One step of decoding: appends to `out` the text that token `id` makes final. Bytes of an
   /// unfinished UTF-8 character wait in `state`.
