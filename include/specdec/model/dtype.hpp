@@ -53,11 +53,11 @@ struct GgmlType {
   /// Set for the types specdec computes with, empty for those it only recognises (so that
   /// `specdec info` can show them and loading can name them in its error).
   std::optional<DType> dtype;
-  DequantizeFn dequantize;  ///< null when dtype is empty
   /// Byte offsets in a block of its float16 scales (d; and m or dmin where the type has one), -1
   /// for none (the float types, and the types specdec does not compute with). A non-finite
   /// scale turns its whole block into NaN or Inf weights: loading refuses it.
   std::array<std::int16_t, 2> half_scales;
+  DequantizeFn dequantize;  ///< null when dtype is empty
 };
 
 /// The row of a ggml type id; nullptr for ids ggml never assigned or has since removed.
