@@ -219,7 +219,7 @@ const std::vector<LlamaFlag>& llama_flags() {
        "llama-bench's prompt length: specdec bench measures generation over prompts "
        "(--prompts F.jsonl), specdec_bench_cpu prefill (docs/benchmarks.md); in chat, the "
        "system message is --system TEXT"},
-      // Logging: the cosmetic ones (the others: logging_flag() below).
+      // Logging: the cosmetic ones (the others: find_logging_flag() below).
       {{"--log-colors"}, true, {}, "specdec colours only its streamed text (--color)"},
       {{"--log-prefix"}, false, {}, "specdec's messages start with \"specdec:\""},
       {{"--log-timestamps"}, false, {}, "specdec's messages carry no timestamps"},
@@ -307,14 +307,30 @@ struct Taken {
   std::vector<std::string> append;  ///< rewritten flags for CLI11 (-ngl 0 -> --backend cpu)
 };
 
-/// llama.cpp's logging flags: -v / --verbose / --log-verbose (everything), -lv / --verbosity /
-/// --log-verbosity N (its levels: 1 errors, 2 warnings, 3 information, 4 debug), --log-disable
-/// (errors only) and --log-file FILE (stderr goes to FILE). Returns false for other names.
-bool logging_flag(const std::string& name, const std::optional<std::string>& value,
-                  const std::string& typed) {
-  if (name == "-v" || name == "--verbose" || name == "--log-verbose") {
+/// llama.cpp's logging flags, the long name first: --verbose (everything), --log-verbosity N
+/// (its levels: 1 errors, 2 warnings, 3 information, 4 debug), --log-disable (errors only) and
+/// --log-file FILE (stderr goes to FILE). apply_logging_flag() acts on them.
+struct LoggingFlag {
+  std::vector<std::string_view> names;
+  bool takes_value;
+};
+const LoggingFlag* find_logging_flag(std::string_view name) {
+  static const std::vector<LoggingFlag> table = {
+      {{"--verbose", "-v", "--log-verbose"}, false},
+      {{"--log-verbosity", "-lv", "--verbosity"}, true},
+      {{"--log-disable"}, false},
+      {{"--log-file"}, true},
+  };
+  for (const LoggingFlag& f : table)
+    if (std::find(f.names.begin(), f.names.end(), name) != f.names.end()) return &f;
+  return nullptr;
+}
+void apply_logging_flag(const LoggingFlag& f, const std::optional<std::string>& value,
+                        const std::string& typed) {
+  const std::string_view name = f.names.front();
+  if (name == "--verbose") {
     set_log_threshold(LogLevel::debug);
-  } else if (name == "-lv" || name == "--verbosity" || name == "--log-verbosity") {
+  } else if (name == "--log-verbosity") {
     const auto n = value ? parse_number(*value) : std::nullopt;
     if (!n || *n < 0 || std::floor(*n) != *n)
       throw UsageError(
@@ -324,12 +340,9 @@ bool logging_flag(const std::string& name, const std::optional<std::string>& val
     set_log_threshold(static_cast<int>(std::min(*n, 100.0)));
   } else if (name == "--log-disable") {
     set_log_threshold(LogLevel::error);
-  } else if (name == "--log-file") {
+  } else {  // --log-file
     redirect_stderr(*value);
-  } else {
-    return false;
   }
-  return true;
 }
 
 /// -ngl / -ngld N: 0 keeps every layer on the CPU (--backend cpu); any other count asks for
@@ -350,15 +363,6 @@ void gpu_layers_flag(const std::string& typed, const LlamaFlag& row, const std::
                     "present)",
                     typed, value, row.why));
   }
-}
-
-/// Names logging_flag() reads and whether each takes a value.
-std::optional<bool> logging_flag_takes_value(const std::string& name) {
-  if (name == "-v" || name == "--verbose" || name == "--log-verbose" || name == "--log-disable")
-    return false;
-  if (name == "-lv" || name == "--verbosity" || name == "--log-verbosity" || name == "--log-file")
-    return true;
-  return std::nullopt;
 }
 
 }  // namespace
@@ -430,9 +434,9 @@ std::vector<std::string> normalize_args(CLI::App& app, std::vector<std::string> 
     if (o == nullptr) {
       // Not this command's: one of llama.cpp's flags, taken out here with its value.
       const LlamaFlag* row = find_llama_flag(name);
-      const auto logging = logging_flag_takes_value(name);
-      if (row != nullptr || logging) {
-        const bool takes_value = row != nullptr ? row->takes_value : *logging;
+      const LoggingFlag* logging = find_logging_flag(name);
+      if (row != nullptr || logging != nullptr) {
+        const bool takes_value = row != nullptr ? row->takes_value : logging->takes_value;
         std::optional<std::string> value = inline_value;
         if (takes_value && !value) {
           if (j + 1 == args.size()) throw UsageError(fmt::format("{} needs a value", typed));
@@ -441,8 +445,8 @@ std::vector<std::string> normalize_args(CLI::App& app, std::vector<std::string> 
         if (!takes_value && value)
           throw UsageError(fmt::format("{} takes no value, got {}", name, *value));
         out.pop_back();
-        if (logging) {
-          logging_flag(name, value, typed);
+        if (logging != nullptr) {
+          apply_logging_flag(*logging, value, typed);
         } else if (is_gpu_layers_flag(*row)) {
           gpu_layers_flag(typed, *row, *value, cmd, taken);
         } else {

@@ -24,33 +24,41 @@ using specdec::test::read_file;
 using specdec::test::Child;
 using specdec::test::kPatience;
 
+namespace {
+
+/// A generation that runs for tens of seconds unless stopped, writing a trace and a JSON file.
+std::vector<std::string> long_generation(const std::string& page, const std::string& json) {
+  return {"generate",
+          "-m",
+          demo_target(),
+          "-md",
+          demo_draft(),
+          "-p",
+          "1 In the beginning God created the heaven and the earth.",
+          "-n",
+          "-1",
+          "-c",
+          "20000",
+          "--ignore-eos",
+          "--no-display-prompt",
+          "--temp",
+          "0.8",
+          "-s",
+          "1",
+          "--trace",
+          page,
+          "--json-file",
+          json};
+}
+
+}  // namespace
+
 TEST_CASE("the first Ctrl-C ends the generation cleanly: stats, trace, JSON, status 130",
           "[cli][interrupt]") {
   const auto page = specdec::test::temp_path(".html");
   const auto json = specdec::test::temp_path(".json");
   // Without Ctrl-C this runs until 20000 positions are filled: tens of seconds at least.
-  Child child({"generate",
-               "-m",
-               demo_target(),
-               "-md",
-               demo_draft(),
-               "-p",
-               "1 In the beginning God created the heaven and the earth.",
-               "-n",
-               "-1",
-               "-c",
-               "20000",
-               "--ignore-eos",
-               "--no-display-prompt",
-               "--temp",
-               "0.8",
-               "-s",
-               "1",
-               "--trace",
-               page.string(),
-               "--json-file",
-               json.string()},
-              false);
+  Child child(long_generation(page.string(), json.string()), false);
   REQUIRE(child.read_at_least(1));  // the first round's text: generation is under way
   REQUIRE(kill(child.pid(), SIGINT) == 0);
   const int status = child.finish();
@@ -100,35 +108,6 @@ TEST_CASE("a second Ctrl-C ends the process at once", "[cli][interrupt]") {
   CHECK(!std::filesystem::exists(page));
   CHECK(!std::filesystem::exists(json));
 }
-
-namespace {
-
-/// A generation that runs for tens of seconds unless stopped, writing a trace and a JSON file.
-std::vector<std::string> long_generation(const std::string& page, const std::string& json) {
-  return {"generate",
-          "-m",
-          demo_target(),
-          "-md",
-          demo_draft(),
-          "-p",
-          "1 In the beginning God created the heaven and the earth.",
-          "-n",
-          "-1",
-          "-c",
-          "20000",
-          "--ignore-eos",
-          "--no-display-prompt",
-          "--temp",
-          "0.8",
-          "-s",
-          "1",
-          "--trace",
-          page,
-          "--json-file",
-          json};
-}
-
-}  // namespace
 
 TEST_CASE("SIGTERM and SIGHUP end the generation as Ctrl-C does: stats, trace, JSON, 128 + sig",
           "[cli][interrupt]") {

@@ -91,6 +91,16 @@ void require_close(const std::vector<Real>& got, const std::vector<double>& want
   }
 }
 
+/// The sampling settings of a fixture case (temperature, top_k, top_p, min_p).
+SamplingParams params_of(const nlohmann::json& c) {
+  SamplingParams sp;
+  sp.temperature = c.at("temperature").get<float>();
+  sp.top_k = c.at("top_k").get<int>();
+  sp.top_p = c.at("top_p").get<float>();
+  sp.min_p = c.at("min_p").get<float>();
+  return sp;
+}
+
 }  // namespace
 
 // tests/data/sampling/hf_logit_processing.json is made by tools/gen_sampling_fixtures.py with
@@ -103,11 +113,7 @@ TEST_CASE("process_logits matches Hugging Face transformers' warpers", "[process
   REQUIRE(doc.at("cases").size() >= 10);
   for (const auto& c : doc.at("cases")) {
     SECTION(c.at("name").get<std::string>()) {
-      SamplingParams sp;
-      sp.temperature = c.at("temperature").get<float>();
-      sp.top_k = c.at("top_k").get<int>();
-      sp.top_p = c.at("top_p").get<float>();
-      sp.min_p = c.at("min_p").get<float>();
+      const SamplingParams sp = params_of(c);
       const auto logits = c.at("logits").get<std::vector<float>>();
       const auto want = c.at("probs").get<std::vector<double>>();
       require_close(process_logits<double>(logits, sp), want, 1e-12);
@@ -127,11 +133,7 @@ TEST_CASE("process_logits with temperature_last matches llama.cpp's sampler chai
   REQUIRE(doc.at("cases").size() >= 100);
   for (const auto& c : doc.at("cases")) {
     INFO(c.at("name").get<std::string>());
-    SamplingParams sp;
-    sp.temperature = c.at("temperature").get<float>();
-    sp.top_k = c.at("top_k").get<int>();
-    sp.top_p = c.at("top_p").get<float>();
-    sp.min_p = c.at("min_p").get<float>();
+    SamplingParams sp = params_of(c);
     sp.temperature_last = true;
     const auto logits = c.at("logits").get<std::vector<float>>();
     std::vector<double> want(logits.size(), 0.0);
