@@ -3,8 +3,8 @@
 // the target's processed distributions over the 4^3 continuations of a tiny vocabulary.
 //
 // Test: Pearson's chi-square goodness of fit over the continuations with nonzero probability,
-// at significance 1e-3 per configuration (with 19 configurations, a correct implementation fails
-// one of them with probability below 2% for a random set of seeds; the seeds here are fixed, so
+// at significance 1e-3 per configuration (with 31 configurations, a correct implementation fails
+// one of them with probability about 3% for a random set of seeds; the seeds here are fixed, so
 // the test is deterministic). A continuation of probability 0 must never appear at all. The
 // seeds are 0 .. kSeeds-1; each run uses the decoder's own Philox streams for that seed.
 
@@ -16,11 +16,13 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mock_lm.hpp"
 #include "specdec/decoder/autoregressive.hpp"
 #include "specdec/decoder/speculative.hpp"
+#include "specdec/sampling/penalties.hpp"
 #include "specdec/sampling/process.hpp"
 #include "specdec_test.hpp"
 
@@ -108,9 +110,11 @@ struct ToyModel {
   }
 };
 
-/// The exact law of the first kDepth tokens of target-only sampling after `prompt`.
+/// The exact law of the first kDepth tokens of target-only sampling after `prompt` (with
+/// penalties: each row adjusted for its own context, the whole sequence or the completion).
 std::array<double, kCells> exact_law(const ToyModel& target, const std::vector<token_t>& prompt,
-                                     const SamplingParams& params) {
+                                     const SamplingParams& params,
+                                     const specdec::sampling::Penalties& penalties = {}) {
   std::array<double, kCells> law{};
   for (std::size_t cell = 0; cell < kCells; ++cell) {
     std::vector<token_t> seq = prompt;
@@ -119,7 +123,12 @@ std::array<double, kCells> exact_law(const ToyModel& target, const std::vector<t
     for (std::size_t i = 0; i < kDepth; ++i) {
       const auto t = static_cast<token_t>(rest % kVocab);
       rest /= kVocab;
-      const auto probs = specdec::sampling::process_logits<double>(target.logits(seq), params);
+      const std::span<const token_t> context =
+          penalties.scope == specdec::sampling::PenaltyScope::context
+              ? std::span<const token_t>(seq)
+              : std::span<const token_t>(seq).subspan(prompt.size());
+      const auto probs = specdec::sampling::process_logits<double>(
+          specdec::sampling::apply_penalties(penalties, context, target.logits(seq)), params);
       prob *= probs[static_cast<std::size_t>(t)];
       seq.push_back(t);
     }
@@ -359,4 +368,76 @@ TEST_CASE("a draft restricted to a vocabulary subset keeps the target's law", "[
         });
       }
     }
+}
+
+// Penalties and logit bias are a function of the context: the speculative decoder adjusts every
+// row, drafted positions included, for its own context, so its law is the penalised target's.
+// The exact law of the penalised target is enumerated as above; chi-square test as above
+// (significance 1e-3 per configuration). The window (last_n = 2) is shorter than a round, so
+// drafted tokens push earlier ones out of it within the round.
+TEST_CASE("speculative sampling with penalties and logit bias has the penalised target's law",
+          "[decoder][penalties]") {
+  namespace sp = specdec::sampling;
+  const ToyModel target_model(11);
+  const ToyModel draft_model(12);
+  const std::vector<token_t> prompt{0, 1, 2, 0, 1};
+  struct Setting {
+    const char* name;
+    SamplingParams params;
+    sp::Penalties penalties;
+  };
+  const auto penalties = [](float repeat, int last_n, float frequency, float presence,
+                            sp::PenaltyScope scope, std::vector<sp::LogitBias> bias) {
+    sp::Penalties p;
+    p.repeat = repeat;
+    p.last_n = last_n;
+    p.frequency = frequency;
+    p.presence = presence;
+    p.scope = scope;
+    p.logit_bias = std::move(bias);
+    return p;
+  };
+  const float ban = -std::numeric_limits<float>::infinity();
+  const std::vector<Setting> settings{
+      {"repeat 1.8, last 2, bias", SamplingParams{},
+       penalties(1.8f, 2, 0.0f, 0.0f, sp::PenaltyScope::context, {{3, 0.8f}})},
+      {"frequency 0.7, presence 0.5, whole context, temperature 0.7, top-k 3",
+       SamplingParams{0.7f, 3, 1.0f, 0.0f},
+       penalties(1.0f, -1, 0.7f, 0.5f, sp::PenaltyScope::context, {})},
+      {"OpenAI-style: completion scope, presence 1.0, token 2 banned, llama.cpp order",
+       SamplingParams{0.8f, 0, 0.9f, 0.05f, true},
+       penalties(1.0f, -1, 0.0f, 1.0f, sp::PenaltyScope::completion, {{2, ban}})},
+  };
+  for (const auto& setting : settings) {
+    const auto law = exact_law(target_model, prompt, setting.params, setting.penalties);
+    const auto config = [&](std::uint64_t seed) {
+      GenerationConfig cfg = sampling_config(setting.params, seed);
+      cfg.penalties = setting.penalties;
+      return cfg;
+    };
+    SECTION(std::string("target-only sampling, ") + setting.name) {
+      check_law(law, [&](std::uint64_t seed) {
+        MockLM target = target_model.lm();
+        return specdec::AutoregressiveDecoder(target).generate(prompt, config(seed)).tokens;
+      });
+    }
+    for (const std::size_t k : {1, 3}) {
+      SECTION(std::string("draft model, k = ") + std::to_string(k) + ", " + setting.name) {
+        check_law(law, [&](std::uint64_t seed) {
+          MockLM target = target_model.lm();
+          MockLM draft = draft_model.lm();
+          specdec::SpeculativeDecoder dec(draft, target, SpeculativeOptions{.k = k});
+          return dec.generate(prompt, config(seed)).tokens;
+        });
+      }
+    }
+    SECTION(std::string("n-gram drafter, ") + setting.name) {
+      check_law(law, [&](std::uint64_t seed) {
+        MockLM target = target_model.lm();
+        specdec::NGramDrafter ngram;
+        specdec::SpeculativeDecoder dec(ngram, target, SpeculativeOptions{.k = 3});
+        return dec.generate(prompt, config(seed)).tokens;
+      });
+    }
+  }
 }

@@ -20,6 +20,7 @@
 #include "specdec/decoder/telemetry.hpp"
 #include "specdec/model/causal_lm.hpp"
 #include "specdec/model/tokenizer.hpp"
+#include "specdec/sampling/penalties.hpp"
 #include "specdec/sampling/process.hpp"
 
 namespace specdec {
@@ -29,6 +30,9 @@ struct GenerationConfig {
   std::size_t max_new_tokens = 128;  ///< token budget (EOS is not counted: it is not emitted)
   /// Applied to the target's logits and, identically, to the draft's (temperature 0: greedy).
   sampling::SamplingParams sampling{};
+  /// Repetition penalties and logit bias, applied before `sampling` to both models' rows, each
+  /// with the context of its own position (sampling/penalties.hpp). Host samplers only.
+  sampling::Penalties penalties{};
   std::uint64_t seed = 0;  ///< Philox seed; see docs/decoder.md for the streams
   /// Stop when the generated text contains one of these (needs a tokenizer). The stop string
   /// and what follows it are cut from the text; the token that completed it stays in `tokens`.

@@ -34,6 +34,7 @@
 
 #include "specdec/common.hpp"
 #include "specdec/model/causal_lm.hpp"
+#include "specdec/sampling/penalties.hpp"
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/process.hpp"
 #include "specdec/sampling/verify.hpp"
@@ -175,6 +176,11 @@ inline void check_proposal(std::span<const token_t> tokens, std::size_t vocab) {
 /// Only what a round needs is computed: greedy rounds take argmaxes of the logits and write no
 /// distribution; an accepted token needs only p(x) and q(x); only the rejected row or the bonus
 /// row is processed in full (verify()).
+///
+/// Penalties and logit bias (sampling/penalties.hpp, set_penalties): every row, the draft's and
+/// the target's, is first adjusted for the context of its own position, the round's history
+/// (set_history) plus the drafted tokens before that position; p and q are the adjusted models'
+/// distributions, so the round stays exact.
 class HostSampler {
  public:
   static constexpr Memory memory = Memory::host;
@@ -199,9 +205,28 @@ class HostSampler {
     params_ = params;
   }
 
+  /// Penalties and logit bias from now on (validated against the vocabulary). While they are
+  /// active(), each round needs set_history() before its first draft or verify.
+  void set_penalties(const sampling::Penalties& penalties) {
+    sampling::validate(penalties, vocab_);
+    penalties_ = penalties;
+    if (penalties_.active() && applier_.vocab() != vocab_) applier_ = sampling::PenaltyApplier(vocab_);
+    history_.clear();
+  }
+  [[nodiscard]] const sampling::Penalties& penalties() const { return penalties_; }
+
+  /// The tokens of the penalties' scope before this round (PenaltyScope: the whole sequence or
+  /// the turn's completion), ending with the sequence's last token when it is in the scope. Only
+  /// the last Penalties::last_n are kept (copied). Call after begin_round().
+  void set_history(std::span<const token_t> scope_tokens) {
+    const std::span<const token_t> kept = sampling::PenaltyApplier::window_of(penalties_, scope_tokens);
+    history_.assign(kept.begin(), kept.end());
+  }
+
   void begin_round(token_t last) {
     tokens_.assign(1, last);
     q_.clear();
+    history_.clear();
   }
 
   /// Feeds `feed` to the draft model and draws x_1 from its last row.
@@ -280,9 +305,10 @@ class HostSampler {
  private:
   /// Draws x from a draft row (the draft stream; greedy: the argmax of the logits, and the
   /// one-hot q is not written). Sampled: the processed row is kept in q_ for the residual.
-  void draw(std::span<const float> row, std::size_t position) {
+  void draw(std::span<const float> logits, std::size_t position) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t slot = tokens_.size() - 1;
+    const std::span<const float> row = adjusted(logits, slot);
     q_.resize((slot + 1) * vocab_);
     token_t x = 0;
     if (params_.greedy()) {
@@ -313,7 +339,7 @@ class HostSampler {
     const std::size_t k = drafted.size();
     argmax_.resize(k + 1);
     for (std::size_t r = 0; r <= k; ++r)
-      argmax_[r] = argmax_of(target.row(r), "target model", position + r);
+      argmax_[r] = argmax_of(adjusted(target.row(r), r), "target model", position + r);
     for (std::size_t i = 0; i < k; ++i) {
       p_drafted_[i] = static_cast<std::size_t>(drafted[i]) == argmax_[i] ? 1.0f : 0.0f;
       q_drafted_[i] = 1.0f;
@@ -346,7 +372,7 @@ class HostSampler {
     std::size_t rejected = k;
     for (std::size_t i = 0; i < k; ++i) {
       const auto x = static_cast<std::size_t>(drafted[i]);
-      const auto row = plan(target.row(i), "target model", position + i);
+      const auto row = plan(adjusted(target.row(i), i), "target model", position + i);
       const float p_x = row.prob(x);
       const float q_x = have_q ? q_[i * vocab_ + x] : 1.0f;  // a point mass otherwise
       p_drafted_[i] = p_x;
@@ -358,7 +384,7 @@ class HostSampler {
       }
     }
     if (rejected == k) {
-      plan(target.row(k), "target model", position + k)
+      plan(adjusted(target.row(k), k), "target model", position + k)
           .materialise(std::span<float>(p_.data() + k * vocab_, vocab_));
     }
     const std::span<const float> p(p_);
@@ -395,6 +421,20 @@ class HostSampler {
     }
   }
 
+  /// The row of a position `drafted` tokens into the round (0: the position of the round's
+  /// last token), adjusted for its context when penalties are active: history_ + x_1 .. x_drafted.
+  /// Valid until the next call. Without penalties, the row itself.
+  std::span<const float> adjusted(std::span<const float> row, std::size_t drafted) {
+    if (!penalties_.active()) return row;
+    window_.assign(history_.begin(), history_.end());
+    window_.insert(window_.end(), tokens_.begin() + 1,
+                   tokens_.begin() + 1 + static_cast<std::ptrdiff_t>(drafted));
+    adjusted_.resize(vocab_);
+    applier_.apply(penalties_, sampling::PenaltyApplier::window_of(penalties_, window_), row,
+                   adjusted_);
+    return adjusted_;
+  }
+
   void check_k(std::size_t k) const {
     if (tokens_.empty() || k + 1 > tokens_.size())
       throw Error("HostSampler: a round of " + std::to_string(k) + " drafted tokens, but " +
@@ -411,6 +451,11 @@ class HostSampler {
   std::vector<float> p_drafted_, q_drafted_;  // [k]: p(x_i), q(x_i) of the last verify
   std::vector<std::size_t> argmax_;           // [k + 1]: argmax of each target row (greedy)
   std::vector<float> work_;                   // [V]: scratch of the target rows' plans (top-p)
+  sampling::Penalties penalties_{};
+  sampling::PenaltyApplier applier_;
+  std::vector<token_t> history_;  // [<= last_n]: the penalties' scope before the round
+  std::vector<token_t> window_;   // [<= last_n + k]: a row's context (scratch)
+  std::vector<float> adjusted_;   // [V]: the adjusted row (penalties active)
   double seconds_ = 0;
 };
 

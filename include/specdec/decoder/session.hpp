@@ -168,6 +168,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
       sampler_ = Sampler(*target_, sampler_max_k_);
     }
     sampler_.begin(config.sampling, config.seed);
+    set_penalties(config);
     adaptive_.reset();
     if (options_.adaptive)
       adaptive_ = std::make_unique<AdaptiveDraftLength>(options_.adaptive_options);
@@ -199,6 +200,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     detail::check_request(tokens, target_->context_length(), target_->vocab_size(), config,
                           tokenizer_, sequence_.size());
     sampler_.set_params(config.sampling);
+    set_penalties(config);
     sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
     begin_turn(tokens, config, callbacks);
     {
@@ -335,6 +337,12 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     draft_step_ = draft_steps_ = 0;
     phase_ = Phase::drafting;  // from here on, cancel() rolls the drafter back
     sampler_.begin_round(sequence_.back());
+    if (penalised_) {
+      // The penalties' scope before the round: the whole sequence, or the turn's completion.
+      const std::size_t from =
+          config_.penalties.scope == sampling::PenaltyScope::completion ? completion_begin_ : 0;
+      sampler_.set_history(std::span<const token_t>(sequence_).subspan(from));
+    }
     if constexpr (kSteppedDraft) {
       if (k == 0) return;
       drafter.check_draft(std::span<const token_t>(sequence_), k);
@@ -469,6 +477,19 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
                   std::to_string(target_->vocab_size()));
   }
 
+  /// Hands the request's penalties to the sampler (a sampler without them refuses active ones).
+  void set_penalties(const GenerationConfig& config) {
+    penalised_ = config.penalties.active();
+    if constexpr (requires(Sampler & s) { s.set_penalties(config.penalties); }) {
+      sampler_.set_penalties(config.penalties);
+    } else if (penalised_) {
+      throw Error(std::string(name_) +
+                  ": repetition penalties and logit bias are applied by the host sampler only; "
+                  "the device sampler (CUDA backend) does not apply them yet: run on the CPU "
+                  "backend or leave them off");
+    }
+  }
+
   void check_idle(const char* what) const {
     if (phase_ != Phase::idle)
       throw Error(std::string(name_) + ": " + what + "() in the middle of a round");
@@ -482,6 +503,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     result_ = GenerationResult{};
     result_.stats.prompt_tokens = prompt.size();
     emitter_.emplace(prompt, config_, tokenizer_, callbacks_.on_token, sequence_, result_);
+    completion_begin_ = sequence_.size();
     done_ = false;
   }
 
@@ -594,6 +616,8 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   std::optional<detail::Emitter> emitter_;
   bool done_ = true;
   ScopedTimer::clock::time_point decode_start_{};
+  bool penalised_ = false;            // config_.penalties.active()
+  std::size_t completion_begin_ = 0;  // sequence_ index of the turn's first generated token
 
   // The current round.
   Phase phase_ = Phase::idle;
