@@ -47,12 +47,12 @@ int main() {
   std::mt19937_64 gen(20261127);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const std::vector<Params> params = {
-      {1.1f, 64, 0.0f, 0.0f},   // a common --repeat-penalty
-      {1.5f, 8, 0.0f, 0.0f},    {0.8f, 16, 0.0f, 0.0f},  // < 1 favours repeats
-      {1.0f, 64, 0.5f, 0.0f},   {1.0f, 64, 0.0f, 1.2f},  // OpenAI-style penalties
-      {1.3f, 4, 0.25f, 0.6f},   {1.0f, 32, -0.4f, -0.3f},  // negative: encourage repeats
-      {1.2f, 0, 0.3f, 0.3f},    // last_n 0: penalties off (the bias stays)
-      {1.0f, 64, 0.0f, 0.0f},   // penalties off
+      {1.1f, 64, 0.0f, 0.0f},                            // a common --repeat-penalty
+      {1.5f, 8, 0.0f, 0.0f},  {0.8f, 16, 0.0f, 0.0f},    // < 1 favours repeats
+      {1.0f, 64, 0.5f, 0.0f}, {1.0f, 64, 0.0f, 1.2f},    // OpenAI-style penalties
+      {1.3f, 4, 0.25f, 0.6f}, {1.0f, 32, -0.4f, -0.3f},  // negative: encourage repeats
+      {1.2f, 0, 0.3f, 0.3f},                             // last_n 0: penalties off (the bias stays)
+      {1.0f, 64, 0.0f, 0.0f},                            // penalties off
   };
   const std::vector<std::size_t> vocabs = {8, 50, 300};
   std::printf("{\n \"generator\": \"tools/make_llama_penalty_fixtures.cpp\",\n");
@@ -84,9 +84,8 @@ int main() {
         if (variant == 2) bias.push_back({0, -INFINITY});
         llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
         if (!bias.empty())
-          llama_sampler_chain_add(chain,
-                                  llama_sampler_init_logit_bias(int(vocab), int(bias.size()),
-                                                                bias.data()));
+          llama_sampler_chain_add(
+              chain, llama_sampler_init_logit_bias(int(vocab), int(bias.size()), bias.data()));
         llama_sampler_chain_add(chain, llama_sampler_init_penalties(int(vocab), p.last_n, p.repeat,
                                                                     p.frequency, p.presence));
         for (const llama_token t : context) llama_sampler_accept(chain, t);
@@ -96,13 +95,15 @@ int main() {
         llama_sampler_apply(chain, &cur);
         llama_sampler_free(chain);
         std::vector<float> out(vocab);
-        for (std::size_t i = 0; i < cur.size; ++i) out[std::size_t(cur.data[i].id)] = cur.data[i].logit;
+        for (std::size_t i = 0; i < cur.size; ++i)
+          out[std::size_t(cur.data[i].id)] = cur.data[i].logit;
 
         std::printf("%s  {\n   \"name\": \"case%d_V%zu_r%g_n%d_f%g_p%g\",\n", first ? "" : ",\n",
                     index, vocab, p.repeat, p.last_n, p.frequency, p.presence);
         first = false;
-        std::printf("   \"repeat\": %.9g, \"last_n\": %d, \"frequency\": %.9g, \"presence\": %.9g,\n",
-                    p.repeat, p.last_n, p.frequency, p.presence);
+        std::printf(
+            "   \"repeat\": %.9g, \"last_n\": %d, \"frequency\": %.9g, \"presence\": %.9g,\n",
+            p.repeat, p.last_n, p.frequency, p.presence);
         std::printf("   \"context\": [");
         for (std::size_t i = 0; i < context.size(); ++i)
           std::printf("%s%d", i ? ", " : "", context[i]);

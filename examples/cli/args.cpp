@@ -50,8 +50,9 @@ constexpr std::string_view kOneBackend =
     "specdec runs whole models on one backend: --backend cuda puts target and draft, every "
     "layer, on the GPU, --backend cpu on the CPU";
 constexpr std::string_view kSamplers =
-    "specdec samples with --temp, --top-k, --top-p and --min-p only, applied alike to target and "
-    "draft (which keeps speculative decoding exact)";
+    "specdec samples with --temp, --top-k, --top-p, --min-p, the repetition penalties and "
+    "--logit-bias only, applied alike to target and draft (which keeps speculative decoding "
+    "exact)";
 constexpr std::string_view kConversation =
     "specdec chat is the conversation mode (generate --chat answers one message); a line ending "
     "with \\ continues a message";
@@ -155,13 +156,6 @@ const std::vector<LlamaFlag>& llama_flags() {
       {{"--chat-template-kwargs"}, true, kNoJinja},
       {{"--system-prompt-file", "-sysf"}, true, "give the system message with --system TEXT"},
       // Samplers specdec does not have; llama.cpp's "off" values pass.
-      {{"--repeat-penalty"}, true, kSamplers, {}, {}, 1.0},
-      {{"--repeat-last-n"},
-       true,
-       {},
-       "specdec applies no repetition penalty: the window has nothing to count"},
-      {{"--presence-penalty"}, true, kSamplers, {}, {}, 0.0},
-      {{"--frequency-penalty"}, true, kSamplers, {}, {}, 0.0},
       {{"--mirostat"}, true, kSamplers, {}, {}, 0.0},
       {{"--mirostat-lr"}, true, kSamplers},
       {{"--mirostat-ent"}, true, kSamplers},
@@ -178,7 +172,6 @@ const std::vector<LlamaFlag>& llama_flags() {
       {{"--dynatemp-exp"}, true, kSamplers},
       {{"--samplers"}, true, kSamplers},
       {{"--sampling-seq", "--sampler-seq"}, true, kSamplers},
-      {{"--logit-bias", "-l"}, true, kSamplers},
       {{"--grammar"}, true, kSamplers},
       {{"--grammar-file"}, true, kSamplers},
       {{"--json-schema", "-j"}, true, kSamplers},

@@ -319,6 +319,7 @@ void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalProm
         GenerationConfig config;
         config.max_new_tokens = o.max_new_tokens;
         config.sampling = o.sampling.params(o.temperatures[ti]);
+        config.penalties = o.sampling.penalties();
         config.seed = seed + pi;
         std::vector<token_t> baseline_tokens;
         for (std::size_t si = 0; si < setups.size(); ++si) {

@@ -118,6 +118,7 @@ void chat_on(const ChatOptions& o, Backend backend, const DecodeSetup& setup,
              std::optional<OutputFile>& json_file) {
   const bool speculative = setup.drafter != DecodeSetup::Drafter::none;
   Model<LM> target = open_model<LM>(o.target, "target");
+  check_penalties(o.sampling.penalties(), target.file);
   std::optional<Model<LM>> draft;
   if (setup.drafter == DecodeSetup::Drafter::model) draft = open_model<LM>(*o.draft, "draft");
   const ChatFormat format = chat_format(target.file, o.chat);  // before the caches are allocated
@@ -133,6 +134,7 @@ void chat_on(const ChatOptions& o, Backend backend, const DecodeSetup& setup,
   GenerationConfig config;
   config.max_new_tokens = token_budget(o.n_predict);
   config.sampling = o.sampling.params(o.temperature);
+  config.penalties = o.sampling.penalties();
   config.seed = o.sampling.seed.resolve(/*announce=*/o.temperature > 0);
   config.stop_at_eos = !o.ignore_eos;
   config.special_tokens_as_text = o.special;

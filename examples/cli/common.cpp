@@ -457,6 +457,16 @@ void start_models<cuda::Transformer>(std::span<Model<cuda::Transformer>* const> 
 }
 #endif
 
+void check_penalties(const sampling::Penalties& penalties, const LoadedModel& target) {
+  try {
+    sampling::validate(penalties, target.config.vocab_size);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const std::string prefix = "Penalties: ";
+    throw Error("--logit-bias: " + (what.starts_with(prefix) ? what.substr(prefix.size()) : what));
+  }
+}
+
 void check_same_vocabulary(const LoadedModel& target, const LoadedModel& draft) {
   // From the files' configs: the check comes before the models are started (serve starts them
   // per slot, later).

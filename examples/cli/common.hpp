@@ -28,6 +28,7 @@
 #include "specdec/decoder/session.hpp"
 #include "specdec/decoder/telemetry.hpp"
 #include "specdec/model/loader.hpp"
+#include "specdec/sampling/penalties.hpp"
 
 namespace specdec::cli {
 
@@ -243,6 +244,10 @@ template <class LM>
 void check_same_vocabulary(const Model<LM>& target, const Model<LM>& draft) {
   check_same_vocabulary(target.file, draft.file);
 }
+
+/// Checks the penalties' token ids (-l/--logit-bias) against the target's vocabulary, before the
+/// models start; throws Error naming the flag.
+void check_penalties(const sampling::Penalties& penalties, const LoadedModel& target);
 
 /// The threads a model computes with (0 for a GPU model), for reports.
 inline std::size_t model_threads(const cpu::Transformer& lm) { return lm.threads(); }

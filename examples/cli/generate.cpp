@@ -11,6 +11,7 @@
 // statistics and writes the trace and JSON (stop reason "cancelled"); a second Ctrl-C quits.
 
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -142,6 +143,7 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   const DecodeSetup& setup = plan.setup;
   const bool speculative = setup.drafter != DecodeSetup::Drafter::none;
   Model<LM> target = open_model<LM>(o.target, "target");
+  check_penalties(o.sampling.penalties(), target.file);
   std::optional<Model<LM>> draft;
   if (setup.drafter == DecodeSetup::Drafter::model) draft = open_model<LM>(*o.draft, "draft");
   // With --chat the template is checked before the models take their memory.
@@ -183,6 +185,7 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   GenerationConfig config;
   config.max_new_tokens = budget;
   config.sampling = o.sampling.params(o.temperature);
+  config.penalties = o.sampling.penalties();
   config.seed = o.sampling.seed.resolve(/*announce=*/o.temperature > 0);
   config.stop_strings = o.stop;
   config.stop_at_eos = !o.ignore_eos;
@@ -221,6 +224,20 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   settings["top_p"] = as_typed(o.sampling.top_p);
   settings["min_p"] = as_typed(o.sampling.min_p);
   settings["sampler_order"] = o.sampling.order;
+  if (config.penalties.penalising()) {
+    settings["repeat_penalty"] = as_typed(o.sampling.repeat_penalty);
+    settings["repeat_last_n"] = o.sampling.repeat_last_n;
+    settings["presence_penalty"] = as_typed(o.sampling.presence_penalty);
+    settings["frequency_penalty"] = as_typed(o.sampling.frequency_penalty);
+    settings["penalty_scope"] = o.sampling.penalty_scope;
+  }
+  if (!config.penalties.logit_bias.empty()) {
+    nlohmann::json bias = nlohmann::json::array();
+    for (const auto& b : config.penalties.logit_bias)  // -inf (a ban) as null: JSON has no inf
+      bias.push_back(
+          {b.token, std::isinf(b.bias) ? nlohmann::json() : nlohmann::json(as_typed(b.bias))});
+    settings["logit_bias"] = bias;
+  }
   settings["seed"] = config.seed;
   settings["max_new_tokens"] = o.n_predict;
   settings["context_length"] = target_context;

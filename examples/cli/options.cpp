@@ -1,6 +1,8 @@
 #include "options.hpp"
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <system_error>
 
@@ -59,6 +61,96 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
       ->check(CLI::IsMember({"llama", "hf"}))
       ->capture_default_str();
   add_seed_flag(cmd, f.seed);
+  cmd.add_option("--repeat-penalty", f.repeat_penalty,
+                 "divide a positive logit (multiply a negative one) of each token in the last "
+                 "--repeat-last-n tokens by this; > 0, 1: off")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            const auto v = parse_number(s);
+            return v && std::isfinite(*v) && *v > 0 && std::isfinite(1.0f / float(*v))
+                       ? std::string()
+                       : "the repeat penalty must be finite and > 0 (1: off), got " + s;
+          },
+          "X>0", "repeat penalty"))
+      ->capture_default_str();
+  cmd.add_option("--repeat-last-n", f.repeat_last_n,
+                 "how many of the last tokens (prompt included) the penalties count; 0: off, "
+                 "-1: the whole context")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            const auto v = parse_number(s);
+            return v && *v >= -1 && std::floor(*v) == *v && *v <= 1e9
+                       ? std::string()
+                       : "must be -1 (the whole context) or a whole number >= 0, got " + s;
+          },
+          "N>=-1", "penalty window"))
+      ->capture_default_str();
+  const auto finite = [](const char* what) {
+    return CLI::Validator(
+        [what](std::string& s) -> std::string {
+          const auto v = parse_number(s);
+          return v && std::isfinite(*v) && std::isfinite(float(*v))
+                     ? std::string()
+                     : std::string("the ") + what + " must be a finite number, got " + s;
+        },
+        "X", what);
+  };
+  cmd.add_option("--presence-penalty", f.presence_penalty,
+                 "subtract this from the logit of each token in the window (0: off)")
+      ->check(finite("presence penalty"))
+      ->capture_default_str();
+  cmd.add_option("--frequency-penalty", f.frequency_penalty,
+                 "subtract this times its count in the window from each token's logit (0: off)")
+      ->check(finite("frequency penalty"))
+      ->capture_default_str();
+  cmd.add_option("--penalty-scope", f.penalty_scope,
+                 "which tokens the penalties count: context (the prompt too, as llama.cpp) or "
+                 "completion (only the generated ones, as OpenAI's API and specdec serve)")
+      ->check(CLI::IsMember({"context", "completion"}))
+      ->capture_default_str();
+  cmd.add_option("-l,--logit-bias", f.logit_bias_text,
+                 "TOKEN_ID+BIAS or TOKEN_ID-BIAS: add BIAS to that token's logit (repeatable); "
+                 "-inf bans it, e.g. -l 15043-inf")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            try {
+              (void)parse_logit_bias(s);
+              return {};
+            } catch (const CLI::ValidationError& e) {
+              return e.what();
+            }
+          },
+          "TOKEN_ID(+|-)BIAS", "logit bias"))
+      ->each([&f](const std::string& s) { f.logit_bias.push_back(parse_logit_bias(s)); });
+}
+
+sampling::LogitBias parse_logit_bias(const std::string& s) {
+  // TOKEN_ID, then the sign, then the magnitude (a number, or inf), as llama.cpp's -l.
+  const std::size_t sign = s.find_first_of("+-", 1);
+  const auto bad = [&s]() {
+    return CLI::ValidationError(
+        "expected TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1.5, "
+        "15043-inf), got " +
+        s);
+  };
+  if (sign == std::string::npos || sign == 0) throw bad();
+  const std::string id = s.substr(0, sign);
+  const std::string magnitude = s.substr(sign + 1);
+  if (id.find_first_not_of("0123456789") != std::string::npos || id.size() > 9) throw bad();
+  float bias = 0;
+  if (magnitude == "inf" || magnitude == "infinity") {
+    bias = std::numeric_limits<float>::infinity();
+  } else {
+    const auto v = parse_number(magnitude);
+    if (!v || !std::isfinite(*v) || !std::isfinite(float(*v)) || magnitude.find_first_of("+-") == 0)
+      throw bad();
+    bias = float(*v);
+  }
+  if (s[sign] == '-') bias = -bias;
+  if (bias == std::numeric_limits<float>::infinity())
+    throw CLI::ValidationError("a bias of +inf is not a bias (" + s +
+                               "): give a finite number, or -inf to ban the token");
+  return {static_cast<token_t>(std::stol(id)), bias};
 }
 
 namespace {

@@ -10,10 +10,12 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "specdec/cpu/transformer.hpp"
+#include "specdec/sampling/penalties.hpp"
 #include "specdec/sampling/process.hpp"
 
 namespace specdec::cli {
@@ -73,15 +75,37 @@ struct SeedFlag {
   [[nodiscard]] std::uint64_t resolve(bool announce = true) const;
 };
 
-/// --top-k, --top-p, --min-p, --sampler-order, --seed (the temperature is added by each command:
-/// generate takes one, bench a list). The defaults are llama.cpp's: top-k 40, top-p 0.95,
-/// min-p 0.05, applied to the logits before the temperature, and a random seed.
+/// --top-k, --top-p, --min-p, --sampler-order, --seed and the penalties (--repeat-penalty,
+/// --repeat-last-n, --presence-penalty, --frequency-penalty, -l/--logit-bias); the temperature is
+/// added by each command: generate takes one, bench a list. The defaults are llama.cpp's: top-k
+/// 40, top-p 0.95, min-p 0.05, applied to the logits before the temperature, a random seed, no
+/// penalty (window 64).
 struct SamplingFlags {
   int top_k = 40;
   float top_p = 0.95f;
   float min_p = 0.05f;
   std::string order = "llama";  ///< "llama": temperature last; "hf": temperature first
   SeedFlag seed;
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::string penalty_scope = "context";        ///< "context" (llama.cpp) or "completion" (OpenAI)
+  std::vector<std::string> logit_bias_text;     ///< -l TOKEN(+|-)BIAS, repeatable, as typed
+  std::vector<sampling::LogitBias> logit_bias;  ///< parsed from logit_bias_text
+
+  /// The penalties as the flags set them.
+  [[nodiscard]] sampling::Penalties penalties() const {
+    sampling::Penalties p;
+    p.repeat = repeat_penalty;
+    p.last_n = repeat_last_n;
+    p.presence = presence_penalty;
+    p.frequency = frequency_penalty;
+    p.logit_bias = logit_bias;
+    p.scope = penalty_scope == "completion" ? sampling::PenaltyScope::completion
+                                            : sampling::PenaltyScope::context;
+    return p;
+  }
 
   [[nodiscard]] sampling::SamplingParams params(float temperature) const {
     sampling::SamplingParams p;
@@ -95,6 +119,9 @@ struct SamplingFlags {
 };
 
 void add_seed_flag(CLI::App& cmd, SeedFlag& seed);
+/// -l TOKEN_ID(+|-)BIAS (llama.cpp's format; "inf" as the magnitude). Throws
+/// CLI::ValidationError naming the value.
+sampling::LogitBias parse_logit_bias(const std::string& s);
 void add_sampling_flags(CLI::App& cmd, SamplingFlags& f);
 
 // ------------------------------------------------------------------------ decoding

@@ -71,6 +71,7 @@ struct Server {
   DecodeSetup setup;
   const Tokenizer* tokenizer = nullptr;
   std::size_t context_length = 0;
+  std::size_t vocab_size = 0;  ///< the target's, for the token ids of logit_bias
   std::optional<ChatTemplate> chat_template;
   std::string chat_template_error;  ///< why there is none, for the 400 of chat requests
   std::vector<token_t> end_of_turn_tokens;
@@ -154,6 +155,12 @@ GenerationConfig generation_config(const Server& s, const serve::CompletionReque
   c.max_new_tokens = r.max_tokens ? static_cast<std::size_t>(*r.max_tokens)
                                   : std::numeric_limits<std::size_t>::max();
   c.sampling = r.sampling;
+  c.penalties = r.penalties;
+  try {
+    sampling::validate(c.penalties, s.vocab_size);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "logit_bias");  // the one field checked against the model
+  }
   c.seed = r.seed ? *r.seed : random_seed();
   c.stop_strings = r.stop;
   c.stop_at_eos = !r.ignore_eos;
@@ -451,6 +458,7 @@ void run_serve(const ServeOptions& o) {
   models.target_options = model_options(target.file, target.role, o.models);
   if (draft) models.draft_options = model_options(draft->file, draft->role, o.models);
   s.context_length = models.target_options.context_length;
+  s.vocab_size = target.file.config.vocab_size;
   s.metrics = std::make_unique<serve::Metrics>(o.parallel, o.queue);
   {
     Progress progress;

@@ -75,6 +75,20 @@ TEST_CASE(
   CHECK(a["tokens"] == b["tokens"]);
 }
 
+TEST_CASE("backend cuda (emulated): penalties and logit bias are refused, naming the way out",
+          "[cli][cuda-emu]") {
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--repeat-penalty", "1.2", "--baseline"},
+        std::vector<std::string>{"-l", "5-inf", "-md", demo_draft()}}) {
+    INFO(flags.front());
+    const auto r = run_program(SPECDEC_CLI, generate(flags));
+    CHECK(r.status == 1);
+    CHECK(r.err.find("repetition penalties and logit bias are applied by the host sampler only; "
+                     "the device sampler (CUDA backend) does not apply them yet: run on the CPU "
+                     "backend") != std::string::npos);
+  }
+}
+
 TEST_CASE("backend cuda (emulated): the default where a device is present, else the error and cpu",
           "[cli][cuda-emu]") {
   auto r = run_program("/usr/bin/env",

@@ -4,6 +4,7 @@
 // bench and demo run and report exactness.
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "specdec/cpu/transformer.hpp"
 #include "specdec/model/gguf.hpp"
 #include "specdec/model/loader.hpp"
+#include "specdec/sampling/penalties.hpp"
 #include "specdec/sampling/process.hpp"
 #include "specdec_test.hpp"
 
@@ -120,6 +122,62 @@ TEST_CASE("greedy: speculative tokens == --baseline tokens == a plain argmax loo
   CHECK(tokens_of(generate_json(with({"--draft", demo_draft(), "-k", "1"}))) == reference);
   CHECK(tokens_of(generate_json(with({"--draft", demo_draft(), "-k", "4"}))) == reference);
   CHECK(tokens_of(generate_json(with({"--draft", demo_draft(), "--adaptive"}))) == reference);
+  CHECK(tokens_of(generate_json(with({"--ngram", "3", "-k", "8"}))) == reference);
+}
+
+// With penalties and a logit bias, greedy speculative decoding still equals greedy target-only
+// decoding, and both equal the argmax loop over the penalised rows (llama.cpp's window: the last
+// --repeat-last-n tokens of prompt + output).
+TEST_CASE("greedy with penalties and logit bias: speculative == --baseline == the penalised loop",
+          "[cli]") {
+  constexpr std::size_t kTokens = 40;
+  specdec::sampling::Penalties pen;
+  pen.repeat = 1.3f;
+  pen.last_n = 16;
+  pen.presence = 0.5f;
+  pen.frequency = 0.25f;
+  pen.logit_bias = {{13, 2.0f}, {100, -std::numeric_limits<float>::infinity()}};
+  // The reference loop.
+  specdec::cpu::Transformer lm(target_file());
+  std::vector<token_t> seq = target_file().tokenizer->encode(kPrompt, true);
+  specdec::LogitsView logits = lm.forward(seq);
+  std::vector<token_t> reference;
+  for (std::size_t i = 0; i < kTokens; ++i) {
+    const auto row = specdec::sampling::apply_penalties(pen, seq, logits.row(logits.rows - 1));
+    reference.push_back(static_cast<token_t>(specdec::sampling::argmax<float>(row)));
+    seq.push_back(reference.back());
+    logits = lm.forward(std::span<const token_t>(&reference.back(), 1));
+  }
+  CHECK(reference != reference_greedy(kPrompt, kTokens));  // the penalties change the text
+  const auto tokens_of = [](const nlohmann::json& j) {
+    return j["tokens"].get<std::vector<token_t>>();
+  };
+  const std::vector<std::string> flags = {"-n",
+                                          std::to_string(kTokens),
+                                          "--temp",
+                                          "0",
+                                          "--repeat-penalty",
+                                          "1.3",
+                                          "--repeat-last-n",
+                                          "16",
+                                          "--presence-penalty",
+                                          "0.5",
+                                          "--frequency-penalty",
+                                          "0.25",
+                                          "-l",
+                                          "13+2",
+                                          "--logit-bias",
+                                          "100-inf"};
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), flags.begin(), flags.end());
+    return extra;
+  };
+  const nlohmann::json baseline = generate_json(with({"--baseline"}));
+  CHECK(tokens_of(baseline) == reference);
+  CHECK(baseline["repeat_penalty"] == 1.3);
+  CHECK(baseline["logit_bias"] == nlohmann::json::parse("[[13, 2.0], [100, null]]"));
+  CHECK(tokens_of(generate_json(with({"--draft", demo_draft(), "-k", "1"}))) == reference);
+  CHECK(tokens_of(generate_json(with({"--draft", demo_draft(), "-k", "5"}))) == reference);
   CHECK(tokens_of(generate_json(with({"--ngram", "3", "-k", "8"}))) == reference);
 }
 

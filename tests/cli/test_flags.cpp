@@ -338,9 +338,6 @@ TEST_CASE("llama.cpp flags that ask for what specdec does anyway run, each with 
       {{"--no-warmup"}, "specdec: note: --no-warmup: ignored"},
       {{"--perf"}, "specdec: note: --perf: ignored: specdec always prints its statistics"},
       {{"--jinja"}, "specdec: note: --jinja: ignored: specdec renders the chat template"},
-      {{"--repeat-penalty", "1.0"}, "specdec: note: --repeat-penalty 1.0: ignored: the value"},
-      {{"--repeat-last-n", "64"}, "specdec: note: --repeat-last-n 64: ignored"},
-      {{"--presence-penalty=0"}, "specdec: note: --presence-penalty=0: ignored"},
       {{"--mirostat", "0"}, "specdec: note: --mirostat 0: ignored"},
       {{"--log-timestamps"}, "specdec: note: --log-timestamps: ignored"},
   };

@@ -86,9 +86,9 @@ TEST_CASE("HostSampler: p of every position is the penalised row of its context 
       rows.insert(rows.end(), logits.begin(), logits.end());
       want.push_back(reference_row(target, prefix, prefix, pen, params));
     }
-    const auto verdict = sampler.verify(
-        specdec::LogitsView{rows.data(), k + 1, kVocab, specdec::Memory::host}, k,
-        specdec::Proposal::point_mass, prompt.size() - 1);
+    const auto verdict =
+        sampler.verify(specdec::LogitsView{rows.data(), k + 1, kVocab, specdec::Memory::host}, k,
+                       specdec::Proposal::point_mass, prompt.size() - 1);
     for (std::size_t i = 0; i < k; ++i)
       CHECK(verdict.p_drafted[i] == want[i][static_cast<std::size_t>(drafted[i])]);
     // The row the verification read in full: the rejected one, or the bonus row.
@@ -165,8 +165,7 @@ TEST_CASE("greedy speculative decoding equals greedy target-only decoding with p
               scope == sp::PenaltyScope::context
                   ? std::span<const token_t>(seq)
                   : std::span<const token_t>(seq).subspan(prompt.size());
-          const auto row =
-              sp::apply_penalties(cfg.penalties, context, target.logits_of(seq));
+          const auto row = sp::apply_penalties(cfg.penalties, context, target.logits_of(seq));
           want.push_back(static_cast<token_t>(sp::argmax<float>(row)));
           seq.push_back(want.back());
         }
@@ -186,9 +185,9 @@ TEST_CASE("greedy speculative decoding equals greedy target-only decoding with p
         CHECK(dec.generate(prompt, cfg).tokens == want);
       }
       MockLM plain = target_table.lm();
-      differs_from_unpenalised +=
-          specdec::AutoregressiveDecoder(plain).generate(prompt, specdec::test::greedy(40)).tokens !=
-          want;
+      differs_from_unpenalised += specdec::AutoregressiveDecoder(plain)
+                                      .generate(prompt, specdec::test::greedy(40))
+                                      .tokens != want;
     }
     CHECK(differs_from_unpenalised == prompts.size());  // the penalties did change the text
   }
@@ -213,8 +212,8 @@ TEST_CASE("the completion scope counts only the current turn's tokens", "[decode
   const std::size_t begin = seq.size();
   std::vector<token_t> want;
   for (std::size_t i = 0; i < cfg.max_new_tokens; ++i) {
-    const auto row = sp::apply_penalties(cfg.penalties, std::span<const token_t>(seq).subspan(begin),
-                                         target.logits_of(seq));
+    const auto row = sp::apply_penalties(
+        cfg.penalties, std::span<const token_t>(seq).subspan(begin), target.logits_of(seq));
     want.push_back(static_cast<token_t>(sp::argmax<float>(row)));
     seq.push_back(want.back());
   }

@@ -52,8 +52,8 @@ TEST_CASE("penalties and logit bias match llama.cpp's samplers", "[penalties]") 
         // llama.cpp's `logit -= count * frequency + presence` may be contracted into an FMA by
         // its -march=native build: one rounding apart at most.
         const float want = out[i].get<float>();
-        CHECK(std::fabs(got[i] - want) <= 4 * std::numeric_limits<float>::epsilon() *
-                                              std::max(1.0f, std::fabs(want)));
+        CHECK(std::fabs(got[i] - want) <=
+              4 * std::numeric_limits<float>::epsilon() * std::max(1.0f, std::fabs(want)));
       }
       changed += got[i] != logits[i];
     }
@@ -113,14 +113,24 @@ TEST_CASE("bad penalties are refused naming the field", "[penalties]") {
   refused([](sp::Penalties& p) { p.frequency = std::numeric_limits<float>::infinity(); },
           "frequency penalty");
   refused([](sp::Penalties& p) { p.presence = std::nanf(""); }, "presence penalty");
-  refused([](sp::Penalties& p) { p.logit_bias = {{10, 1.0f}}; },
-          "token 10, outside the vocabulary (10 tokens)");
-  refused([](sp::Penalties& p) { p.logit_bias = {{-1, 1.0f}}; },
-          "token -1, outside the vocabulary");
-  refused([](sp::Penalties& p) { p.logit_bias = {{3, std::numeric_limits<float>::infinity()}}; },
-          "finite or -inf");
+  refused(
+      [](sp::Penalties& p) {
+        p.logit_bias = {{10, 1.0f}};
+      },
+      "token 10, outside the vocabulary (10 tokens)");
+  refused(
+      [](sp::Penalties& p) {
+        p.logit_bias = {{-1, 1.0f}};
+      },
+      "token -1, outside the vocabulary");
+  refused(
+      [](sp::Penalties& p) {
+        p.logit_bias = {{3, std::numeric_limits<float>::infinity()}};
+      },
+      "finite or -inf");
   sp::Penalties all;
-  for (token_t t = 0; t < 10; ++t) all.logit_bias.push_back({t, -std::numeric_limits<float>::infinity()});
+  for (token_t t = 0; t < 10; ++t)
+    all.logit_bias.push_back({t, -std::numeric_limits<float>::infinity()});
   CHECK_THROWS_WITH(sp::validate(all, 10), Catch::Contains("bans every token"));
   all.logit_bias.pop_back();
   CHECK_NOTHROW(sp::validate(all, 10));

@@ -63,6 +63,8 @@ struct Setting {
   int top_k = 0;
   double top_p = 1, min_p = 0;
   std::vector<std::string> stop = {};
+  double presence = 0, frequency = 0;
+  std::vector<std::pair<int, double>> logit_bias = {};
 
   [[nodiscard]] json body(bool stream = false) const {
     json b = {{"model", kModelName},        {"prompt", prompt}, {"max_tokens", max_tokens},
@@ -71,6 +73,9 @@ struct Setting {
     if (top_p != 1) b["top_p"] = top_p;
     if (min_p != 0) b["min_p"] = min_p;
     if (!stop.empty()) b["stop"] = stop;
+    if (presence != 0) b["presence_penalty"] = presence;
+    if (frequency != 0) b["frequency_penalty"] = frequency;
+    for (const auto& [token, bias] : logit_bias) b["logit_bias"][std::to_string(token)] = bias;
     return b;
   }
   /// `specdec generate --json` with the same prompt and settings.
@@ -103,6 +108,15 @@ struct Setting {
       args.push_back("-r");
       args.push_back(s);
     }
+    // The server's penalties: OpenAI's, over the whole completion so far.
+    for (const std::string& a : std::vector<std::string>{
+             "--presence-penalty", fmt(presence), "--frequency-penalty", fmt(frequency),
+             "--repeat-last-n", "-1", "--penalty-scope", "completion"})
+      args.push_back(a);
+    for (const auto& [token, bias] : logit_bias) {
+      args.push_back("-l");
+      args.push_back(std::to_string(token) + (bias < 0 ? "" : "+") + fmt(bias));
+    }
     const auto r = run_cli(args);
     INFO(r.err);
     REQUIRE(r.status == 0);
@@ -134,6 +148,18 @@ std::vector<Setting> settings() {
        .temperature = 0.7,
        .seed = 5,
        .stop = {"\n\n", "return"}},
+      {.prompt = "def fibonacci(n):",
+       .max_tokens = 48,
+       .presence = 1.5,
+       .frequency = 0.5,
+       .logit_bias = {{13, -100}, {29, 4.5}}},
+      {.prompt = "1 In the beginning God created the heaven and the earth.",
+       .max_tokens = 40,
+       .temperature = 0.9,
+       .seed = 4,
+       .presence = 0.6,
+       .frequency = -0.3,
+       .logit_bias = {{100, 2}}},
   };
 }
 
@@ -444,10 +470,22 @@ TEST_CASE("bad requests get OpenAI-style errors and the server keeps serving", "
       {"/v1/completions", R"({"prompt": "a", "logprobs": 2})", 400, "logprobs",
        "unsupported_parameter"},
       {"/v1/completions", R"({"prompt": "a", "echo": true})", 400, "echo", "unsupported_parameter"},
-      {"/v1/completions", R"({"prompt": "a", "presence_penalty": 0.5})", 400, "presence_penalty",
-       "unsupported_parameter"},
-      {"/v1/completions", R"({"prompt": "a", "logit_bias": {"5": 1}})", 400, "logit_bias",
-       "unsupported_parameter"},
+      {"/v1/completions", R"({"prompt": "a", "presence_penalty": 2.5})", 400, "presence_penalty",
+       "invalid_value"},
+      {"/v1/completions", R"({"prompt": "a", "frequency_penalty": "x"})", 400, "frequency_penalty",
+       "invalid_type"},
+      {"/v1/completions", R"({"prompt": "a", "repetition_penalty": 1.2})", 400,
+       "repetition_penalty", "unsupported_parameter"},
+      {"/v1/completions", R"({"prompt": "a", "logit_bias": [5, 1]})", 400, "logit_bias",
+       "invalid_type"},
+      {"/v1/completions", R"({"prompt": "a", "logit_bias": {"x": 1}})", 400, "logit_bias",
+       "invalid_value"},
+      {"/v1/completions", R"({"prompt": "a", "logit_bias": {"5": 101}})", 400, "logit_bias.5",
+       "invalid_value"},
+      {"/v1/completions", R"({"prompt": "a", "logit_bias": {"5": "up"}})", 400, "logit_bias.5",
+       "invalid_type"},
+      {"/v1/completions", R"({"prompt": "a", "logit_bias": {"4096": 1}})", 400, "logit_bias",
+       "invalid_value"},
       {"/v1/completions", R"({"prompt": "a", "stream_options": 1})", 400, "stream_options",
        "invalid_type"},
       {"/v1/completions", json({{"prompt", long_prompt}}).dump(), 400, "prompt",

@@ -109,6 +109,36 @@ std::optional<std::string> string(const json& body, const char* key) {
 
 // ------------------------------------------------------------------------ the fields
 
+/// presence_penalty and frequency_penalty (OpenAI: in [-2, 2], over the tokens of the completion
+/// so far) and logit_bias ({"token id": bias in [-100, 100]}).
+void parse_penalties(const json& body, sampling::Penalties& p) {
+  p.scope = sampling::PenaltyScope::completion;
+  p.last_n = -1;
+  for (const auto& [key, value] :
+       {std::pair{"presence_penalty", &p.presence}, std::pair{"frequency_penalty", &p.frequency}}) {
+    if (const auto x = number(body, key)) {
+      if (!(*x >= -2 && *x <= 2)) out_of_range(key, "in [-2, 2]", *field(body, key));
+      *value = static_cast<float>(*x);
+    }
+  }
+  const json* bias = field(body, "logit_bias");
+  if (bias == nullptr) return;
+  if (!bias->is_object()) wrong_type("logit_bias", "an object of token ids to biases", *bias);
+  for (const auto& [id, value] : bias->items()) {
+    const std::string param = "logit_bias." + id;
+    if (id.empty() || id.size() > 9 || id.find_first_not_of("0123456789") != std::string::npos)
+      throw ApiError(400,
+                     fmt::format("'logit_bias' keys are token ids (whole numbers as strings), "
+                                 "got \"{}\"",
+                                 id),
+                     "logit_bias", "invalid_value");
+    if (!value.is_number()) wrong_type(param, "a number", value);
+    const double b = value.get<double>();
+    if (!(b >= -100 && b <= 100)) out_of_range(param, "in [-100, 100]", value);
+    p.logit_bias.push_back({static_cast<token_t>(std::stol(id)), static_cast<float>(b)});
+  }
+}
+
 /// Refuses the OpenAI features specdec does not have, unless they hold their "off" value.
 void refuse_unsupported(const json& body) {
   if (const json* v = field(body, "logprobs"); v && !(v->is_boolean() && !v->get<bool>()))
@@ -116,13 +146,11 @@ void refuse_unsupported(const json& body) {
   if (field(body, "top_logprobs"))
     unsupported("top_logprobs", "log probabilities are not reported");
   if (boolean(body, "echo").value_or(false)) unsupported("echo", "the prompt is not echoed");
-  for (const char* key : {"presence_penalty", "frequency_penalty", "repetition_penalty"})
-    if (number(body, key).value_or(0.0) != 0.0)
+  for (const char* key : {"repetition_penalty", "repeat_penalty"})
+    if (number(body, key).value_or(1.0) != 1.0)
       unsupported(key,
-                  "specdec samples with temperature, top_p, top_k and min_p only (applied alike to "
-                  "the target and the draft, which keeps speculative decoding exact)");
-  if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty()))
-    unsupported("logit_bias", "logits are not biased");
+                  "the server penalises repetition as OpenAI does, with presence_penalty and "
+                  "frequency_penalty over the completion's tokens");
   if (const auto best_of = integer(body, "best_of"); best_of && *best_of != 1)
     unsupported("best_of", "one completion per request");
   if (const auto suffix = string(body, "suffix"); suffix && !suffix->empty())
@@ -310,6 +338,7 @@ CompletionRequest parse_request(std::string_view body_text, Endpoint endpoint,
     for (const std::string& s : r.stop)
       if (s.empty()) out_of_range("stop", "non-empty strings", *stop);
   }
+  parse_penalties(body, r.penalties);
   r.ignore_eos = boolean(body, "ignore_eos").value_or(false);
   r.stream = boolean(body, "stream").value_or(false);
   if (const json* options = field(body, "stream_options")) {

@@ -49,7 +49,10 @@ struct CompletionRequest {
 
   std::optional<std::int64_t> max_tokens;  ///< absent: until EOS or the context is full
   sampling::SamplingParams sampling;       ///< temperature (default 1), top_k, top_p, min_p
-  std::optional<std::uint64_t> seed;       ///< absent (or -1): the server draws one
+  /// presence_penalty, frequency_penalty (over the completion's tokens, as OpenAI) and
+  /// logit_bias; the token ids are checked against the vocabulary by the server.
+  sampling::Penalties penalties;
+  std::optional<std::uint64_t> seed;  ///< absent (or -1): the server draws one
   std::vector<std::string> stop;
   bool ignore_eos = false;  ///< extension (llama.cpp's): do not stop at the EOS token
   bool stream = false;
@@ -59,7 +62,7 @@ struct CompletionRequest {
 /// Parses a request body for `endpoint`. `model` is the name the server answers to: a request
 /// naming another model is refused (a request without "model" is served). Throws ApiError
 /// (400) for a body that is not a JSON object, a field of the wrong type or out of range, n != 1,
-/// and the OpenAI features specdec does not have (logprobs, echo, penalties, logit_bias, tools,
+/// and the OpenAI features specdec does not have (echo, repetition_penalty, tools,
 /// several prompts, non-text content, ...), each naming the field.
 CompletionRequest parse_request(std::string_view body, Endpoint endpoint, const std::string& model);
 

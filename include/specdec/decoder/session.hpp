@@ -337,11 +337,13 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     draft_step_ = draft_steps_ = 0;
     phase_ = Phase::drafting;  // from here on, cancel() rolls the drafter back
     sampler_.begin_round(sequence_.back());
-    if (penalised_) {
-      // The penalties' scope before the round: the whole sequence, or the turn's completion.
-      const std::size_t from =
-          config_.penalties.scope == sampling::PenaltyScope::completion ? completion_begin_ : 0;
-      sampler_.set_history(std::span<const token_t>(sequence_).subspan(from));
+    if constexpr (requires(Sampler & s, std::span<const token_t> t) { s.set_history(t); }) {
+      if (penalised_) {
+        // The penalties' scope before the round: the whole sequence, or the turn's completion.
+        const std::size_t from =
+            config_.penalties.scope == sampling::PenaltyScope::completion ? completion_begin_ : 0;
+        sampler_.set_history(std::span<const token_t>(sequence_).subspan(from));
+      }
     }
     if constexpr (kSteppedDraft) {
       if (k == 0) return;

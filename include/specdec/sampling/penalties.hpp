@@ -56,7 +56,7 @@ struct Penalties {
   float frequency = 0.0f;  ///< subtracted once per occurrence (--frequency-penalty)
   float presence = 0.0f;   ///< subtracted once if present (--presence-penalty)
   PenaltyScope scope = PenaltyScope::context;
-  std::vector<LogitBias> logit_bias;
+  std::vector<LogitBias> logit_bias{};
 
   /// Whether the penalties of step 2 change anything.
   [[nodiscard]] bool penalising() const {
