@@ -20,6 +20,7 @@
 #include "specdec/decoder/telemetry.hpp"
 #include "specdec/model/causal_lm.hpp"
 #include "specdec/model/tokenizer.hpp"
+#include "specdec/sampling/logprobs.hpp"
 #include "specdec/sampling/penalties.hpp"
 #include "specdec/sampling/process.hpp"
 
@@ -48,6 +49,12 @@ struct GenerationConfig {
   /// skipping them (llama.cpp's --special). An EOS or stop token still ends the generation
   /// without being emitted.
   bool special_tokens_as_text = false;
+  /// Report each generated token's log-probability under the target (GenerationResult::logprobs,
+  /// TokenEvent::logprob) with the top_logprobs most likely tokens of its row. From the
+  /// processed target row the token was decided on (greedy: the softmax of the logits); none of
+  /// it comes from the draft. Host samplers only.
+  bool logprobs = false;
+  std::size_t top_logprobs = 0;
 };
 
 /// One emitted token and the text it made final. `token` is -1 for the last event of a
@@ -57,6 +64,9 @@ struct TokenEvent {
   token_t token = -1;
   std::string_view text;
   std::size_t index = 0;  ///< 0-based index of the token among the generated ones
+  /// The token's log-probability when GenerationConfig::logprobs (else null); valid during the
+  /// callback.
+  const sampling::TokenLogprob* logprob = nullptr;
 };
 
 /// Optional hooks, all called on the generating thread.
@@ -68,6 +78,8 @@ struct Callbacks {
 
 struct GenerationResult {
   std::vector<token_t> tokens;  ///< generated ids (prompt and EOS excluded)
+  /// With GenerationConfig::logprobs: one per token of `tokens`, in order.
+  std::vector<sampling::TokenLogprob> logprobs;
   std::string text;             ///< their text (empty without a tokenizer), stop string cut
   StopReason stop_reason = StopReason::max_tokens;
   GenerationStats stats;
@@ -140,8 +152,9 @@ class Emitter {
   }
   [[nodiscard]] bool stopped() const { return reason_.has_value(); }
 
-  /// Emits token t. Returns false (and stops) on EOS, a completed stop string or the budget.
-  bool emit(token_t t) {
+  /// Emits token t (with its log-probability, when reported). Returns false (and stops) on EOS,
+  /// a completed stop string or the budget.
+  bool emit(token_t t, const sampling::TokenLogprob* logprob = nullptr) {
     if (reason_) return false;
     if ((eos_ >= 0 && t == eos_) || std::find(cfg_->stop_tokens.begin(), cfg_->stop_tokens.end(),
                                               t) != cfg_->stop_tokens.end()) {
@@ -150,6 +163,10 @@ class Emitter {
     }
     sequence_->push_back(t);
     result_->tokens.push_back(t);
+    if (logprob != nullptr) {
+      result_->logprobs.push_back(*logprob);
+      logprob = &result_->logprobs.back();
+    }
     const std::size_t index = result_->tokens.size() - 1;
     if (detok_) {
       if (cfg_->special_tokens_as_text && tok_->is_control(t)) {
@@ -160,7 +177,7 @@ class Emitter {
       }
       release(false);
     }
-    if (on_token_) on_token_(TokenEvent{t, released_, index});
+    if (on_token_) on_token_(TokenEvent{t, released_, index, logprob});
     if (!reason_ && result_->tokens.size() >= cfg_->max_new_tokens)
       reason_ = StopReason::max_tokens;
     return !reason_;

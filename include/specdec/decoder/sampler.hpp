@@ -34,6 +34,7 @@
 
 #include "specdec/common.hpp"
 #include "specdec/model/causal_lm.hpp"
+#include "specdec/sampling/logprobs.hpp"
 #include "specdec/sampling/penalties.hpp"
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/process.hpp"
@@ -71,6 +72,9 @@ struct RoundVerdict {
   std::span<const token_t> drafted;  ///< x_1 .. x_k (host copy, valid until the next round)
   /// p(x_i), q(x_i) for i = 1 .. k (RoundRecord::p_drafted); empty when not reported.
   std::span<const float> p_drafted, q_drafted;
+  /// With log-probabilities on (HostSampler::set_logprobs): those of x_1 .. x_n, y, from the
+  /// target's rows 0 .. n; else empty.
+  std::span<const sampling::TokenLogprob> logprobs;
 };
 
 /// A per-sequence sampler (see the top of this file). Positions name the sequence index of the
@@ -215,6 +219,15 @@ class HostSampler {
   }
   [[nodiscard]] const sampling::Penalties& penalties() const { return penalties_; }
 
+  /// Log-probabilities of the emitted tokens from now on (RoundVerdict::logprobs), each with the
+  /// `top_n` most likely tokens of its row. They come from the target's distribution of the
+  /// round: the processed row (penalties included) that sampled decoding draws from; for
+  /// greedy decoding, whose processed row is one-hot, the softmax of the (penalised) logits.
+  void set_logprobs(bool on, std::size_t top_n = 0) {
+    logprobs_on_ = on;
+    top_n_ = top_n;
+  }
+
   /// The tokens of the penalties' scope before this round (PenaltyScope: the whole sequence or
   /// the turn's completion), ending with the sequence's last token when it is in the scope. Only
   /// the last Penalties::last_n are kept (copied). Call after begin_round().
@@ -290,8 +303,11 @@ class HostSampler {
     } else {
       verdict = verify_sampled(target, drafted, proposal, position);
     }
+    if (logprobs_on_) emitted_logprobs(target, drafted, verdict);
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return RoundVerdict{verdict.accepted, verdict.next, drafted, p_drafted_, q_drafted_};
+    return RoundVerdict{verdict.accepted, verdict.next, drafted, p_drafted_, q_drafted_,
+                        logprobs_on_ ? std::span<const sampling::TokenLogprob>(logprobs_)
+                                     : std::span<const sampling::TokenLogprob>()};
   }
 
   double take_seconds() { return std::exchange(seconds_, 0.0); }
@@ -397,6 +413,25 @@ class HostSampler {
     return verdict;
   }
 
+  /// logprobs_ = the TokenLogprob of x_1 .. x_n and y (n = verdict.accepted), from target rows
+  /// 0 .. n (the rows were checked by the verification).
+  void emitted_logprobs(const LogitsView& target, std::span<const token_t> drafted,
+                        const sampling::VerifyResult& verdict) {
+    logprobs_.clear();
+    work_.resize(vocab_);
+    const sampling::SamplingParams& params =
+        params_.greedy() ? sampling::SamplingParams{} : params_;  // greedy: the plain softmax
+    for (std::size_t r = 0; r <= verdict.accepted; ++r) {
+      const token_t token = r < verdict.accepted ? drafted[r] : verdict.next;
+      const std::span<const float> row = adjusted(target.row(r), r);
+      const auto plan = sampling::ProcessedRow<float>::plan(
+          row, params, sampling::detail::scan_logits(row.data(), row.size()).argmax,
+          std::span<float>(work_));
+      logprobs_.push_back(sampling::token_logprob(
+          row, token, top_n_, [&](std::size_t i) { return plan.prob(i); }, top_buffer_));
+    }
+  }
+
   /// The ProcessedRow of a target row; a NaN or infinity is reported naming the model and the
   /// position.
   sampling::ProcessedRow<float> plan(std::span<const float> row, std::string_view model,
@@ -456,6 +491,10 @@ class HostSampler {
   std::vector<token_t> history_;  // [<= last_n]: the penalties' scope before the round
   std::vector<token_t> window_;   // [<= last_n + k]: a row's context (scratch)
   std::vector<float> adjusted_;   // [V]: the adjusted row (penalties active)
+  bool logprobs_on_ = false;
+  std::size_t top_n_ = 0;
+  std::vector<sampling::TokenLogprob> logprobs_;  // [n + 1]: of the last verify's emitted tokens
+  std::vector<float> top_buffer_;                 // scratch of the top-n selection
   double seconds_ = 0;
 };
 

@@ -479,7 +479,8 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
                   std::to_string(target_->vocab_size()));
   }
 
-  /// Hands the request's penalties to the sampler (a sampler without them refuses active ones).
+  /// Hands the request's penalties and log-probability settings to the sampler (a sampler
+  /// without them refuses them).
   void set_penalties(const GenerationConfig& config) {
     penalised_ = config.penalties.active();
     if constexpr (requires(Sampler & s) { s.set_penalties(config.penalties); }) {
@@ -489,6 +490,13 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
                   ": repetition penalties and logit bias are applied by the host sampler only; "
                   "the device sampler (CUDA backend) does not apply them yet: run on the CPU "
                   "backend or leave them off");
+    }
+    if constexpr (requires(Sampler & s) { s.set_logprobs(true, std::size_t{}); }) {
+      sampler_.set_logprobs(config.logprobs, config.top_logprobs);
+    } else if (config.logprobs) {
+      throw Error(std::string(name_) +
+                  ": log-probabilities are reported by the host sampler only; the device "
+                  "sampler (CUDA backend) does not report them yet: run on the CPU backend");
     }
   }
 
@@ -573,7 +581,9 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     // cache may hold tokens beyond the sequence (a later append() continues from it).
     const std::size_t before = result_.tokens.size();
     for (std::size_t i = 0; i <= n; ++i)
-      if (!emitter_->emit(i < n ? verdict.drafted[i] : verdict.next)) break;
+      if (!emitter_->emit(i < n ? verdict.drafted[i] : verdict.next,
+                          i < verdict.logprobs.size() ? &verdict.logprobs[i] : nullptr))
+        break;
     round_.emitted = result_.tokens.size() - before;
     if (target_->cached() > sequence_.size()) target_->rollback(sequence_.size());
     drafter.keep(sequence_.size());
