@@ -100,7 +100,7 @@ struct DeviceSampler::Impl {
   std::size_t draws = 0;             // uniforms the drafts of this round drew (greedy: none)
   std::size_t proposed = 0;          // tokens given by propose() this round
   cudaStream_t draft_stream = nullptr;
-  bool in_round = false;  // begin_round() happened, collect() not yet
+  bool in_round = false;                // begin_round() happened, collect() not yet
   std::vector<std::size_t> positions;   // [max_k]: sequence position of each draft row
   std::vector<token_t> drafted_tokens;  // host copy of x_1 .. x_k after verification
   bool p_valid = false;
@@ -209,7 +209,8 @@ struct DeviceSampler::Impl {
     if (work != Work::verify_greedy) target_counter += k + 1;
     const token_t* tokens_host = host_part<token_t>(layout.tokens);
     drafted_tokens.assign(tokens_host + 1, tokens_host + 1 + k);
-    return RoundVerdict{outcome.accepted, outcome.next, drafted_tokens, {}, {}};  // no p(x), q(x)
+    return RoundVerdict{
+        outcome.accepted, outcome.next, drafted_tokens, {}, {}, {}};  // no p(x), q(x)
   }
 };
 

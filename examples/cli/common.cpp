@@ -457,6 +457,24 @@ void start_models<cuda::Transformer>(std::span<Model<cuda::Transformer>* const> 
 }
 #endif
 
+nlohmann::json logprobs_json(const Tokenizer* tokenizer,
+                             std::span<const sampling::TokenLogprob> logprobs) {
+  const auto entry = [tokenizer](token_t id, float logprob) {
+    return nlohmann::json{{"id", id},
+                          {"token", tokenizer ? tokenizer->token_bytes(id) : std::string()},
+                          {"logprob", logprob}};
+  };
+  nlohmann::json out = nlohmann::json::array();
+  for (const sampling::TokenLogprob& lp : logprobs) {
+    nlohmann::json j = entry(lp.token, lp.logprob);
+    j["top_logprobs"] = nlohmann::json::array();
+    for (const sampling::TopLogprob& t : lp.top)
+      j["top_logprobs"].push_back(entry(t.token, t.logprob));
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 void check_penalties(const sampling::Penalties& penalties, const LoadedModel& target) {
   try {
     sampling::validate(penalties, target.config.vocab_size);

@@ -28,6 +28,7 @@
 #include "specdec/decoder/session.hpp"
 #include "specdec/decoder/telemetry.hpp"
 #include "specdec/model/loader.hpp"
+#include "specdec/sampling/logprobs.hpp"
 #include "specdec/sampling/penalties.hpp"
 
 namespace specdec::cli {
@@ -384,6 +385,11 @@ std::vector<EvalPrompt> read_eval_prompts(const std::string& path);
 /// A token's text for display: its bytes when they are valid UTF-8, else <0xNN> escapes; special
 /// tokens (no bytes) as their piece ("<s>").
 std::string display_token(const Tokenizer& tokenizer, token_t id);
+
+/// Log-probabilities as generate --json and the trace write them, one object per token:
+/// {"id", "token" (its text), "logprob", "top_logprobs": [{"id", "token", "logprob"}, ...]}.
+nlohmann::json logprobs_json(const Tokenizer* tokenizer,
+                             std::span<const sampling::TokenLogprob> logprobs);
 
 /// Every statistic by its snake_case name, the accepted-length histogram included.
 nlohmann::json stats_json(const GenerationStats& stats);

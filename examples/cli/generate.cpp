@@ -42,6 +42,7 @@ struct GenerateOptions : DecodeFlags {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool special = false;
+  std::optional<std::size_t> n_probs;  ///< --n-probs N: log-probabilities, N alternatives each
   ModelFlags models;
   bool json = false;
   std::optional<std::string> json_file;
@@ -191,6 +192,10 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   config.stop_at_eos = !o.ignore_eos;
   config.record_rounds = o.trace || o.json || o.json_file;
   config.special_tokens_as_text = o.special;
+  if (o.n_probs) {
+    config.logprobs = true;
+    config.top_logprobs = *o.n_probs;
+  }
   if (chat) chat->apply(config);
 
   Callbacks callbacks;
@@ -245,6 +250,7 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   settings["kv_cache_type"] = o.models.cache_type_k;
   if (o.ignore_eos) settings["ignore_eos"] = true;
   if (o.special) settings["special"] = true;
+  if (o.n_probs) settings["n_probs"] = *o.n_probs;
   if (chat) settings["chat_template"] = std::string(chat->tmpl.name());
 
   nlohmann::json out = settings;
@@ -258,6 +264,8 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   out["text"] = result.text;
   out["stop_reason"] = std::string(to_string(result.stop_reason));
   out["stats"] = stats_json(result.stats);
+  if (config.logprobs)
+    out["logprobs"] = logprobs_json(target.file.tokenizer.get(), result.logprobs);
   if (speculative) out["rounds"] = rounds_json(result);
 
   if (!o.json && logs(LogLevel::info))
@@ -355,6 +363,10 @@ void add_generate(CLI::App& app) {
   cmd->add_flag(
       "--special", o->special,
       "write control tokens (<|im_start|>, ...) into the text, as llama.cpp's --special (-sp)");
+  cmd->add_option("--n-probs", o->n_probs,
+                  "report each generated token's log-probability under the target and its N most "
+                  "likely alternatives, in --json, --json-file and --trace")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{100}));
 
   add_model_flags(*cmd, o->models, true);
   add_backend_flag(*cmd, o->backend);

@@ -162,6 +162,10 @@ GenerationConfig generation_config(const Server& s, const serve::CompletionReque
     throw ApiError(400, e.what(), "logit_bias");  // the one field checked against the model
   }
   c.seed = r.seed ? *r.seed : random_seed();
+  if (r.logprobs) {
+    c.logprobs = true;
+    c.top_logprobs = *r.logprobs;
+  }
   c.stop_strings = r.stop;
   c.stop_at_eos = !r.ignore_eos;
   if (r.endpoint == Endpoint::chat_completions) {
@@ -203,6 +207,8 @@ struct Stream {
   std::shared_ptr<serve::Job> job;
   serve::ResponseInfo info;
   bool include_usage = false;
+  bool logprobs = false;        ///< the request asked for them: every chunk carries its tokens'
+  std::size_t text_offset = 0;  ///< completions' text_offset: the text streamed so far
   bool first = true;
   std::shared_ptr<InFlight> in_flight;
 };
@@ -242,9 +248,11 @@ void handle_completion(Server& s, const httplib::Request& req, httplib::Response
       throw ApiError(500, job->error(), "", "generation_failed", "server_error");
     const GenerationResult& result = job->result();
     send_json(res, 200,
-              serve::response_json(info, result.text, result.stop_reason,
-                                   serve::usage_json(prompt_size, result.tokens.size()),
-                                   speculative_json(s, *job)));
+              serve::response_json(
+                  info, result.text, result.stop_reason,
+                  serve::usage_json(prompt_size, result.tokens.size()), speculative_json(s, *job),
+                  r.logprobs ? serve::logprobs_json(endpoint, *s.tokenizer, result.logprobs)
+                             : json(nullptr)));
     return;
   }
 
@@ -252,6 +260,7 @@ void handle_completion(Server& s, const httplib::Request& req, httplib::Response
   stream->job = job;
   stream->info = info;
   stream->include_usage = r.include_usage;
+  stream->logprobs = r.logprobs.has_value();
   stream->in_flight = in_flight;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -267,8 +276,18 @@ void handle_completion(Server& s, const httplib::Request& req, httplib::Response
           stream->first = false;
         }
         const serve::Job::Update update = job.wait(std::chrono::milliseconds(100));
-        for (const std::string& piece : update.pieces) {
-          out += serve::sse_event(serve::chunk_json(stream->info, piece, stream->first, {}));
+        // A chunk's logprobs: those of its tokens (null when the request asked for none).
+        const auto logprobs = [&](std::span<const sampling::TokenLogprob> lps) {
+          if (!stream->logprobs) return json(nullptr);
+          json j =
+              serve::logprobs_json(stream->info.endpoint, *s.tokenizer, lps, stream->text_offset);
+          return j;
+        };
+        for (const serve::Job::Piece& piece : update.pieces) {
+          out += serve::sse_event(serve::chunk_json(stream->info, piece.text, stream->first, {},
+                                                    nullptr, logprobs(piece.logprobs)));
+          for (const auto& lp : piece.logprobs)
+            stream->text_offset += s.tokenizer->token_bytes(lp.token).size();
           stream->first = false;
         }
         if (update.finished) {
@@ -277,8 +296,10 @@ void handle_completion(Server& s, const httplib::Request& req, httplib::Response
                 ApiError(500, job.error(), "", "generation_failed", "server_error")));
           } else {
             const GenerationResult& result = job.result();
+            // The tokens that released no text (a stop string's) come with the last chunk.
             out += serve::sse_event(serve::chunk_json(
-                stream->info, "", stream->first, result.stop_reason, speculative_json(s, job)));
+                stream->info, "", stream->first, result.stop_reason, speculative_json(s, job),
+                update.trailing.empty() ? json(nullptr) : logprobs(update.trailing)));
             if (stream->include_usage)
               out += serve::sse_event(serve::usage_chunk_json(
                   stream->info, serve::usage_json(prompt_size, result.tokens.size())));

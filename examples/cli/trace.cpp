@@ -122,6 +122,16 @@ constexpr const char* kPageTail = R"html(</script>
   pill(summary, "tok/s", s.tokens_per_second.toFixed(1));
   pill(summary, "stop", data.stop_reason);
 
+  // With --n-probs: the target's log-probability of each generated token and its alternatives,
+  // in the token's tooltip.
+  let emittedIndex = 0;
+  const logprobText = (i) => {
+    const lp = data.logprobs ? data.logprobs[i] : undefined;
+    if (!lp) return "";
+    const line = (t) => JSON.stringify(t.token) + " " + t.logprob.toFixed(3) +
+                        " (p " + prob(Math.exp(t.logprob)) + ")";
+    return "\nlogprob " + line(lp) + lp.top_logprobs.map((t) => "\n  " + line(t)).join("");
+  };
   const text = document.getElementById("text");
   text.append(el("span", "prompt", data.prompt_text));
   const tbody = document.getElementById("rounds");
@@ -182,7 +192,9 @@ constexpr const char* kPageTail = R"html(</script>
     // A stop (EOS, budget, stop string) may cut the round's tokens short.
     emitted.slice(0, r.emitted).forEach(([t, cls]) => {
       const span = el("span", "g " + cls, t.text);
-      span.title = "round " + (i + 1) + ", token " + t.id;
+      span.title = "round " + (i + 1) + ", token " + t.id + logprobText(emittedIndex);
+      if (data.logprobs) span.dataset.logprob = String(data.logprobs[emittedIndex].logprob);
+      ++emittedIndex;
       text.append(span);
     });
   });
@@ -234,6 +246,7 @@ nlohmann::json trace_data(const TraceInput& input) {
                       {"sampling_seconds", r.sampling_seconds}});
   }
   data["rounds"] = std::move(rounds);
+  if (!result.logprobs.empty()) data["logprobs"] = logprobs_json(input.tokenizer, result.logprobs);
   return data;
 }
 

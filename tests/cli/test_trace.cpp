@@ -3,6 +3,8 @@
 // chromium is installed; Debian: apt-get install chromium). The p(x) and q(x) it shows per
 // drafted token are checked against the two models run here, in this process.
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -162,6 +164,65 @@ TEST_CASE("p(x) and q(x) of each drafted token are the target's and the draft's 
   CHECK(verify == Approx(t.json["stats"]["verify_seconds"].get<double>()));
 }
 
+// --n-probs: each generated token's log-probability and its alternatives come from the target's
+// processed row at that position (greedy: the softmax of the logits), in --json and in the page.
+TEST_CASE("--n-probs reports the target's processed log-probabilities, in JSON and the trace",
+          "[cli]") {
+  for (const bool greedy : {false, true}) {
+    INFO((greedy ? "greedy" : "sampled"));
+    const Traced t = traced_generation(
+        greedy ? std::vector<std::string>{"--draft", demo_draft(), "--temp", "0", "--n-probs", "3"}
+               : std::vector<std::string>{"--draft", demo_draft(), "--temp", "0.8", "--top-k", "40",
+                                          "--seed", "9", "-k", "5", "--n-probs", "3"});
+    const nlohmann::json& lps = t.json["logprobs"];
+    REQUIRE(lps.size() == t.json["tokens"].size());
+    CHECK(embedded_data(t.html)["logprobs"] == lps);
+    CHECK(t.html.find("logprobText(emittedIndex)") != std::string::npos);
+    const std::vector<specdec::token_t> prompt = t.json["prompt_tokens"];
+    std::vector<specdec::token_t> sequence = prompt;
+    for (const auto& id : t.json["tokens"]) sequence.push_back(id.get<specdec::token_t>());
+    const specdec::LoadedModel model = specdec::load_model(demo_target());
+    specdec::cpu::Transformer lm(model);
+    const specdec::LogitsView logits = lm.forward(sequence);
+    specdec::sampling::SamplingParams params;  // greedy: the plain softmax
+    if (!greedy) {
+      params.temperature = 0.8f;
+      params.top_k = 40;
+      params.top_p = 0.95f;
+      params.min_p = 0.05f;
+      params.temperature_last = true;
+    }
+    std::size_t short_tops = 0;
+    for (std::size_t i = 0; i < lps.size(); ++i) {
+      INFO("token " << i);
+      const auto row = logits.row(prompt.size() - 1 + i);
+      const std::vector<float> p = specdec::sampling::process_logits<float>(row, params);
+      const auto log_of = [&](std::size_t id) {
+        return static_cast<float>(std::log(static_cast<double>(p[id])));
+      };
+      const auto token = lps[i]["id"].get<std::size_t>();
+      CHECK(token == t.json["tokens"][i].get<std::size_t>());
+      CHECK(lps[i]["logprob"].get<float>() == log_of(token));
+      std::vector<std::size_t> ids(row.size());
+      for (std::size_t j = 0; j < ids.size(); ++j) ids[j] = j;
+      std::stable_sort(ids.begin(), ids.end(),
+                       [&](std::size_t a, std::size_t b) { return row[a] > row[b]; });
+      const auto& top = lps[i]["top_logprobs"];
+      std::size_t want = 0;
+      while (want < 3 && p[ids[want]] > 0) ++want;
+      REQUIRE(top.size() == want);
+      short_tops += want < 3;
+      for (std::size_t j = 0; j < want; ++j) {
+        CHECK(top[j]["id"] == ids[j]);
+        CHECK(top[j]["logprob"].get<float>() == log_of(ids[j]));
+        CHECK(top[j]["token"] ==
+              model.tokenizer->token_bytes(static_cast<specdec::token_t>(ids[j])));
+      }
+    }
+    if (!greedy) CHECK(short_tops > 0);  // tokens outside top-p / min-p are not alternatives
+  }
+}
+
 TEST_CASE("greedy: p(x) and q(x) are 0 or 1, as the one-hot distributions are", "[cli]") {
   const Traced t = traced_generation({"--draft", demo_draft(), "--temp", "0"});
   for (const auto& r : t.json["rounds"]) {
@@ -190,7 +251,8 @@ TEST_CASE("headless Chromium renders every round of the trace", "[cli][chromium]
     WARN("SKIPPED: no chromium found (apt-get install chromium, or set SPECDEC_CHROMIUM)");
     return;
   }
-  const Traced t = traced_generation({"--draft", demo_draft(), "--temp", "0.8", "--seed", "11"});
+  const Traced t = traced_generation(
+      {"--draft", demo_draft(), "--temp", "0.8", "--seed", "11", "--n-probs", "2"});
   const auto page = specdec::test::temp_path(".html");
   std::ofstream(page) << t.html;
   const auto profile = specdec::test::temp_path("-chromium");
@@ -205,6 +267,13 @@ TEST_CASE("headless Chromium renders every round of the trace", "[cli][chromium]
 
   const auto& rounds = t.json["rounds"];
   CHECK(dom.find("data-rendered=\"" + std::to_string(rounds.size()) + "\"") != std::string::npos);
+  // Every generated token's span carries its log-probability (--n-probs), in its tooltip too.
+  std::size_t with_logprob = 0;
+  for (auto at = dom.find("data-logprob=\""); at != std::string::npos;
+       at = dom.find("data-logprob=\"", at + 1))
+    ++with_logprob;
+  CHECK(with_logprob == t.json["tokens"].size());
+  CHECK(dom.find("logprob \"") != std::string::npos);
   // One table row per round, in order, with its drafted and accepted counts. (Parsed by hand:
   // GCC 12's <regex> trips -Wmaybe-uninitialized in sanitizer builds.)
   const auto attribute = [&](std::size_t from, const std::string& name) -> std::size_t {

@@ -100,11 +100,11 @@ def check(condition, message):
         raise AssertionError(message)
 
 
-def generate(args, prompt, max_tokens, temperature, seed, context):
+def generate(args, prompt, max_tokens, temperature, seed, context, extra=()):
     out = subprocess.run([args.specdec, "generate", "-m", args.target, "-md", args.draft, "-p",
                           prompt, "-n", str(max_tokens), "--temp", str(temperature), "-s",
                           str(seed), "-c", str(context), "--top-k", "0", "--top-p", "1",
-                          "--min-p", "0", "--sampler-order", "hf", "--json"],
+                          "--min-p", "0", "--sampler-order", "hf", "--json", *extra],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
@@ -169,6 +169,52 @@ def main():
               f"chat stream {streamed!r} != {chat.choices[0].message.content!r}")
         print("chat completions: streamed equals whole", flush=True)
 
+        # Log-probabilities: the client reads OpenAI's logprobs objects, equal to those of
+        # `specdec generate --n-probs` (the target's processed distribution of each token).
+        for prompt, temperature, seed in cases:
+            want = generate(args, prompt, 12, temperature, seed, context, ("--n-probs", "3"))
+            got = client.completions.create(model=model, prompt=prompt, max_tokens=12,
+                                            temperature=temperature, seed=seed, logprobs=3)
+            lp = got.choices[0].logprobs
+            check(lp is not None and len(lp.token_logprobs) == len(want["tokens"]), f"{lp}")
+            check(lp.token_logprobs == [t["logprob"] for t in want["logprobs"]],
+                  f"{prompt!r}: {lp.token_logprobs} != {want['logprobs']}")
+            check(all(len(top) <= 3 for top in lp.top_logprobs), f"{lp.top_logprobs}")
+            for top, t in zip(lp.top_logprobs, want["logprobs"]):
+                check(max(top.values()) == t["top_logprobs"][0]["logprob"], f"{top} {t}")
+                check(t["logprob"] <= 0, f"{t}")
+            check(lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset), f"{lp}")
+        chat = client.chat.completions.create(model=model, messages=messages, max_tokens=8,
+                                              temperature=0.7, seed=3, logprobs=True,
+                                              top_logprobs=2)
+        content = chat.choices[0].logprobs.content
+        check(len(content) == chat.usage.completion_tokens, f"{chat.choices[0].logprobs}")
+        for entry in content:
+            check(entry.logprob <= 0 and 1 <= len(entry.top_logprobs) <= 2, f"{entry}")
+            check(bytes(entry.bytes).decode("utf-8", "replace") == entry.token or
+                  not entry.token.isprintable(), f"{entry}")
+        streamed = []
+        for c in client.chat.completions.create(model=model, messages=messages, max_tokens=8,
+                                                temperature=0.7, seed=3, logprobs=True,
+                                                top_logprobs=2, stream=True):
+            if c.choices and c.choices[0].logprobs and c.choices[0].logprobs.content:
+                streamed += c.choices[0].logprobs.content
+        check([e.logprob for e in streamed] == [e.logprob for e in content],
+              f"streamed logprobs {streamed} != {content}")
+        print("logprobs: equal to specdec generate --n-probs; chat's, streamed and not", flush=True)
+
+        # Penalties and logit bias through the client: the greedy first token, biased by -100,
+        # is not the first token any more.
+        plain = generate(args, "def fibonacci(n):", 8, 0.0, 0, context, ("--n-probs", "0"))
+        first = plain["logprobs"][0]
+        got = client.completions.create(model=model, prompt="def fibonacci(n):", max_tokens=8,
+                                        temperature=0, presence_penalty=1.0,
+                                        frequency_penalty=0.5,
+                                        logit_bias={str(first["id"]): -100}, logprobs=0)
+        check(got.choices[0].logprobs.tokens[0] != first["token"],
+              f"{got.choices[0].logprobs.tokens} starts with the biased {first}")
+        print("penalties and logit_bias: accepted, the biased token avoided", flush=True)
+
         # Concurrent requests: each gets what it got alone.
         def one(case):
             prompt, temperature, seed = case
@@ -196,6 +242,8 @@ def main():
 
         # Bad requests: BadRequestError with the server's error object.
         for kwargs, param in [({"n": 2}, "n"), ({"temperature": 5}, "temperature"),
+                              ({"logprobs": 50}, "logprobs"),
+                              ({"presence_penalty": 3}, "presence_penalty"),
                               ({"model": "gpt-4"}, "model"),
                               ({"prompt": "x" * 8000}, "prompt")]:
             request = {"model": model, "prompt": "def f():", "max_tokens": 4}

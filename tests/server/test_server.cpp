@@ -79,7 +79,7 @@ struct Setting {
     return b;
   }
   /// `specdec generate --json` with the same prompt and settings.
-  [[nodiscard]] json generate() const {
+  [[nodiscard]] json generate(const std::vector<std::string>& extra = {}) const {
     std::vector<std::string> args = {"generate",
                                      "-m",
                                      demo_target(),
@@ -117,6 +117,7 @@ struct Setting {
       args.push_back("-l");
       args.push_back(std::to_string(token) + (bias < 0 ? "" : "+") + fmt(bias));
     }
+    args.insert(args.end(), extra.begin(), extra.end());
     const auto r = run_cli(args);
     INFO(r.err);
     REQUIRE(r.status == 0);
@@ -251,6 +252,40 @@ TEST_CASE("completions through the server equal specdec generate, streamed or no
   REQUIRE(events.data.size() >= 2);
   CHECK(events.data.back()["choices"].empty());
   CHECK(events.data.back()["usage"]["completion_tokens"] == 48);
+  CHECK(server.stop() == 0);
+}
+
+// The logprobs objects of /v1/completions, whole and streamed, hold the log-probabilities that
+// `specdec generate --n-probs` reports for the same request (the target's processed rows).
+TEST_CASE("completions' logprobs equal generate --n-probs, streamed or not", "[server]") {
+  ServerProcess server(pair_args());
+  for (const Setting& s : {settings()[1], settings()[4], settings()[5]}) {
+    INFO("prompt " << s.prompt << ", temperature " << s.temperature);
+    const json expected = s.generate({"--n-probs", "2"});
+    std::vector<double> want;
+    for (const json& t : expected["logprobs"]) want.push_back(t["logprob"]);
+    json body = s.body();
+    body["logprobs"] = 2;
+    const json r = post(server, "/v1/completions", body.dump()).json;
+    const json& lp = r["choices"][0]["logprobs"];
+    CHECK(lp["token_logprobs"].get<std::vector<double>>() == want);
+    REQUIRE(lp["top_logprobs"].size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      CHECK(lp["top_logprobs"][i].size() <= 2);
+      CHECK(lp["tokens"][i] == expected["logprobs"][i]["token"]);
+    }
+    body["stream"] = true;
+    std::vector<double> streamed;
+    for (const json& chunk : parse_sse(post_stream(server, "/v1/completions", body.dump())).data) {
+      if (chunk["choices"].empty() || chunk["choices"][0]["logprobs"].is_null()) continue;
+      for (const json& x : chunk["choices"][0]["logprobs"]["token_logprobs"]) streamed.push_back(x);
+    }
+    CHECK(streamed == want);
+  }
+  // Without the field: null, as OpenAI.
+  CHECK(post(server, "/v1/completions", settings()[0].body().dump())
+            .json["choices"][0]["logprobs"]
+            .is_null());
   CHECK(server.stop() == 0);
 }
 
@@ -467,8 +502,15 @@ TEST_CASE("bad requests get OpenAI-style errors and the server keeps serving", "
       {"/v1/completions", R"({"prompt": "a", "n": "1"})", 400, "n", "invalid_type"},
       {"/v1/completions", R"({"prompt": "a", "model": "gpt-4"})", 400, "model", "model_not_found"},
       {"/v1/completions", R"({"prompt": "a", "model": 7})", 400, "model", "invalid_type"},
-      {"/v1/completions", R"({"prompt": "a", "logprobs": 2})", 400, "logprobs",
+      {"/v1/completions", R"({"prompt": "a", "logprobs": 21})", 400, "logprobs", "invalid_value"},
+      {"/v1/completions", R"({"prompt": "a", "logprobs": "2"})", 400, "logprobs", "invalid_type"},
+      {"/v1/completions", R"({"prompt": "a", "top_logprobs": 2})", 400, "top_logprobs",
        "unsupported_parameter"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})", 400,
+       "top_logprobs", "invalid_value"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}], "logprobs": 1})",
+       400, "logprobs", "invalid_type"},
       {"/v1/completions", R"({"prompt": "a", "echo": true})", 400, "echo", "unsupported_parameter"},
       {"/v1/completions", R"({"prompt": "a", "presence_penalty": 2.5})", 400, "presence_penalty",
        "invalid_value"},

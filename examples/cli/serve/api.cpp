@@ -109,6 +109,35 @@ std::optional<std::string> string(const json& body, const char* key) {
 
 // ------------------------------------------------------------------------ the fields
 
+/// The most alternatives per token a request may ask for (OpenAI's limit for chat; its
+/// completions allow 5).
+constexpr std::int64_t kMaxTopLogprobs = 20;
+
+/// Completions: `logprobs` is the number of alternatives (false: off). Chat: `logprobs` is a
+/// boolean and `top_logprobs` the number of alternatives, which needs logprobs true.
+void parse_logprobs(const json& body, Endpoint endpoint, std::optional<std::size_t>& out) {
+  const auto count = [](const char* key, const json& v) {
+    if (!v.is_number_integer()) wrong_type(key, "an integer", v);
+    const auto n = v.get<std::int64_t>();
+    if (n < 0 || n > kMaxTopLogprobs)
+      out_of_range(key, fmt::format("a whole number in [0, {}]", kMaxTopLogprobs), v);
+    return static_cast<std::size_t>(n);
+  };
+  const json* v = field(body, "logprobs");
+  if (endpoint == Endpoint::completions) {
+    if (field(body, "top_logprobs"))
+      unsupported("top_logprobs", "/v1/completions takes the number of alternatives in 'logprobs'");
+    if (v == nullptr || (v->is_boolean() && !v->get<bool>())) return;
+    out = count("logprobs", *v);
+    return;
+  }
+  const bool on = boolean(body, "logprobs").value_or(false);
+  const json* top = field(body, "top_logprobs");
+  if (top != nullptr && !on)
+    throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value");
+  if (on) out = top != nullptr ? count("top_logprobs", *top) : 0;
+}
+
 /// presence_penalty and frequency_penalty (OpenAI: in [-2, 2], over the tokens of the completion
 /// so far) and logit_bias ({"token id": bias in [-100, 100]}).
 void parse_penalties(const json& body, sampling::Penalties& p) {
@@ -141,10 +170,6 @@ void parse_penalties(const json& body, sampling::Penalties& p) {
 
 /// Refuses the OpenAI features specdec does not have, unless they hold their "off" value.
 void refuse_unsupported(const json& body) {
-  if (const json* v = field(body, "logprobs"); v && !(v->is_boolean() && !v->get<bool>()))
-    unsupported("logprobs", "log probabilities are not reported");
-  if (field(body, "top_logprobs"))
-    unsupported("top_logprobs", "log probabilities are not reported");
   if (boolean(body, "echo").value_or(false)) unsupported("echo", "the prompt is not echoed");
   for (const char* key : {"repetition_penalty", "repeat_penalty"})
     if (number(body, key).value_or(1.0) != 1.0)
@@ -339,6 +364,7 @@ CompletionRequest parse_request(std::string_view body_text, Endpoint endpoint,
       if (s.empty()) out_of_range("stop", "non-empty strings", *stop);
   }
   parse_penalties(body, r.penalties);
+  parse_logprobs(body, endpoint, r.logprobs);
   r.ignore_eos = boolean(body, "ignore_eos").value_or(false);
   r.stream = boolean(body, "stream").value_or(false);
   if (const json* options = field(body, "stream_options")) {
@@ -382,10 +408,48 @@ json envelope(const ResponseInfo& info, bool chunk) {
 }
 }  // namespace
 
+json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer,
+                   std::span<const sampling::TokenLogprob> logprobs, std::size_t text_offset) {
+  if (endpoint == Endpoint::completions) {
+    json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+         offsets = json::array();
+    for (const sampling::TokenLogprob& lp : logprobs) {
+      const std::string text = tokenizer.token_bytes(lp.token);
+      tokens.push_back(text);
+      token_logprobs.push_back(lp.logprob);
+      json alternatives = json::object();
+      for (const sampling::TopLogprob& t : lp.top)
+        alternatives.emplace(tokenizer.token_bytes(t.token), t.logprob);  // the likeliest wins
+      top.push_back(std::move(alternatives));
+      offsets.push_back(text_offset);
+      text_offset += text.size();
+    }
+    return {{"tokens", tokens},
+            {"token_logprobs", token_logprobs},
+            {"top_logprobs", top},
+            {"text_offset", offsets}};
+  }
+  const auto entry = [&tokenizer](token_t id, float logprob) {
+    const std::string text = tokenizer.token_bytes(id);
+    json bytes = json::array();
+    for (const char c : text) bytes.push_back(static_cast<unsigned char>(c));
+    return json{{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
+  };
+  json content = json::array();
+  for (const sampling::TokenLogprob& lp : logprobs) {
+    json j = entry(lp.token, lp.logprob);
+    j["top_logprobs"] = json::array();
+    for (const sampling::TopLogprob& t : lp.top)
+      j["top_logprobs"].push_back(entry(t.token, t.logprob));
+    content.push_back(std::move(j));
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
 json response_json(const ResponseInfo& info, const std::string& text, StopReason reason,
-                   const json& usage, const json& speculative) {
+                   const json& usage, const json& speculative, const json& logprobs) {
   json out = envelope(info, false);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(reason)}};
+  json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason(reason)}};
   if (info.endpoint == Endpoint::chat_completions)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   else
@@ -397,10 +461,11 @@ json response_json(const ResponseInfo& info, const std::string& text, StopReason
 }
 
 json chunk_json(const ResponseInfo& info, const std::string& text, bool first,
-                const std::optional<StopReason>& reason, const json& speculative) {
+                const std::optional<StopReason>& reason, const json& speculative,
+                const json& logprobs) {
   json out = envelope(info, true);
   json choice = {{"index", 0},
-                 {"logprobs", nullptr},
+                 {"logprobs", logprobs},
                  {"finish_reason", reason ? json(finish_reason(*reason)) : json(nullptr)}};
   if (info.endpoint == Endpoint::chat_completions) {
     json delta = json::object();

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -22,6 +23,8 @@
 #include "specdec/common.hpp"
 #include "specdec/decoder/generation.hpp"
 #include "specdec/model/chat_template.hpp"
+#include "specdec/model/tokenizer.hpp"
+#include "specdec/sampling/logprobs.hpp"
 
 namespace specdec::cli::serve {
 
@@ -54,6 +57,9 @@ struct CompletionRequest {
   sampling::Penalties penalties;
   std::optional<std::uint64_t> seed;  ///< absent (or -1): the server draws one
   std::vector<std::string> stop;
+  /// Log-probabilities asked for: the number of alternatives per token (completions:
+  /// `logprobs`; chat: `logprobs: true` and `top_logprobs`); absent: none.
+  std::optional<std::size_t> logprobs;
   bool ignore_eos = false;  ///< extension (llama.cpp's): do not stop at the EOS token
   bool stream = false;
   bool include_usage = false;  ///< stream_options.include_usage: a last chunk with the usage
@@ -81,16 +87,29 @@ struct ResponseInfo {
 /// The usage block: prompt_tokens, completion_tokens, total_tokens.
 nlohmann::json usage_json(std::size_t prompt_tokens, std::size_t completion_tokens);
 
-/// A whole response: one choice with the text and finish_reason, the usage, and
-/// `speculative` (the extension: the request's speculative statistics).
+/// A choice's `logprobs` object in OpenAI's format for the endpoint. Completions:
+/// {"tokens", "token_logprobs", "top_logprobs": [{text: logprob}], "text_offset"} (offsets
+/// counted from `text_offset`, the length of the text before these tokens); chat: {"content":
+/// [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}],
+/// "refusal": null}. From the target's processed distribution of each token (docs/serve.md).
+nlohmann::json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer,
+                             std::span<const sampling::TokenLogprob> logprobs,
+                             std::size_t text_offset = 0);
+
+/// A whole response: one choice with the text, finish_reason and `logprobs` (null when not
+/// asked for), the usage, and `speculative` (the extension: the request's speculative
+/// statistics).
 nlohmann::json response_json(const ResponseInfo& info, const std::string& text, StopReason reason,
-                             const nlohmann::json& usage, const nlohmann::json& speculative);
+                             const nlohmann::json& usage, const nlohmann::json& speculative,
+                             const nlohmann::json& logprobs = nullptr);
 
 /// One chunk of a stream: a piece of text (chat: the delta's content; the first chunk of a chat
-/// stream carries the role), or the last chunk with the finish_reason (and `speculative`).
+/// stream carries the role) with its tokens' `logprobs`, or the last chunk with the
+/// finish_reason (and `speculative`).
 nlohmann::json chunk_json(const ResponseInfo& info, const std::string& text, bool first,
                           const std::optional<StopReason>& reason,
-                          const nlohmann::json& speculative = nullptr);
+                          const nlohmann::json& speculative = nullptr,
+                          const nlohmann::json& logprobs = nullptr);
 
 /// The chunk stream_options.include_usage adds after the last: no choices, the usage.
 nlohmann::json usage_chunk_json(const ResponseInfo& info, const nlohmann::json& usage);

@@ -4,6 +4,7 @@
 #include <exception>
 #include <span>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -21,6 +22,7 @@ Job::Update Job::wait(std::chrono::milliseconds timeout) {
   Update u;
   u.pieces.swap(pieces_);
   u.finished = finished_;
+  if (finished_) u.trailing.swap(pending_);
   return u;
 }
 
@@ -31,10 +33,11 @@ void Job::wait_finished() {
 
 void Job::on_token(const TokenEvent& event) {
   if (!first_token && event.token >= 0) first_token = Clock::now();
-  if (event.text.empty()) return;  // held back (a possible stop string) or no text
   {
     const std::lock_guard lock(mutex_);
-    pieces_.emplace_back(event.text);
+    if (event.logprob != nullptr) pending_.push_back(*event.logprob);
+    if (event.text.empty()) return;  // held back (a possible stop string) or no text
+    pieces_.push_back({std::string(event.text), std::exchange(pending_, {})});
   }
   cv_.notify_all();
 }

@@ -41,11 +41,19 @@ class Job {
   const Clock::time_point submitted = Clock::now();
 
   // ---- the HTTP side
-  /// What arrived since the last call: text pieces (one per token that released text), and
-  /// whether the job is finished (then result() / error() are final).
+  /// A piece of text (one per token that released text) and, when the request asked for them,
+  /// the log-probabilities of the tokens emitted since the previous piece, this one's included.
+  struct Piece {
+    std::string text;
+    std::vector<sampling::TokenLogprob> logprobs;
+  };
+  /// What arrived since the last call: pieces, and whether the job is finished (then result()
+  /// / error() are final, and `trailing` holds the log-probabilities of tokens that released no
+  /// text: the stop string's, a held-back end).
   struct Update {
-    std::vector<std::string> pieces;
+    std::vector<Piece> pieces;
     bool finished = false;
+    std::vector<sampling::TokenLogprob> trailing;
   };
   /// Waits up to `timeout` for text or the end, and takes it.
   Update wait(std::chrono::milliseconds timeout);
@@ -68,7 +76,8 @@ class Job {
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::vector<std::string> pieces_;
+  std::vector<Piece> pieces_;
+  std::vector<sampling::TokenLogprob> pending_;  // of tokens whose text is not released yet
   bool finished_ = false;
   GenerationResult result_;
   std::string error_;

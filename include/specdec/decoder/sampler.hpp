@@ -74,7 +74,7 @@ struct RoundVerdict {
   std::span<const float> p_drafted, q_drafted;
   /// With log-probabilities on (HostSampler::set_logprobs): those of x_1 .. x_n, y, from the
   /// target's rows 0 .. n; else empty.
-  std::span<const sampling::TokenLogprob> logprobs;
+  std::span<const sampling::TokenLogprob> logprobs{};
 };
 
 /// A per-sequence sampler (see the top of this file). Positions name the sequence index of the
@@ -214,7 +214,8 @@ class HostSampler {
   void set_penalties(const sampling::Penalties& penalties) {
     sampling::validate(penalties, vocab_);
     penalties_ = penalties;
-    if (penalties_.active() && applier_.vocab() != vocab_) applier_ = sampling::PenaltyApplier(vocab_);
+    if (penalties_.active() && applier_.vocab() != vocab_)
+      applier_ = sampling::PenaltyApplier(vocab_);
     history_.clear();
   }
   [[nodiscard]] const sampling::Penalties& penalties() const { return penalties_; }
@@ -232,7 +233,8 @@ class HostSampler {
   /// the turn's completion), ending with the sequence's last token when it is in the scope. Only
   /// the last Penalties::last_n are kept (copied). Call after begin_round().
   void set_history(std::span<const token_t> scope_tokens) {
-    const std::span<const token_t> kept = sampling::PenaltyApplier::window_of(penalties_, scope_tokens);
+    const std::span<const token_t> kept =
+        sampling::PenaltyApplier::window_of(penalties_, scope_tokens);
     history_.assign(kept.begin(), kept.end());
   }
 
@@ -305,7 +307,11 @@ class HostSampler {
     }
     if (logprobs_on_) emitted_logprobs(target, drafted, verdict);
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return RoundVerdict{verdict.accepted, verdict.next, drafted, p_drafted_, q_drafted_,
+    return RoundVerdict{verdict.accepted,
+                        verdict.next,
+                        drafted,
+                        p_drafted_,
+                        q_drafted_,
                         logprobs_on_ ? std::span<const sampling::TokenLogprob>(logprobs_)
                                      : std::span<const sampling::TokenLogprob>()};
   }
