@@ -33,12 +33,14 @@
 //     After that step the contexts differ and the comparison stops.
 // An error beyond these bounds is not activation rounding but a bug: a wrong scale, a misplaced
 // block or rotary pair gives errors of the order of the logits themselves.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -368,6 +370,28 @@ TEST_CASE("qwen official Q4_K_M: every drafter's greedy output equals target-onl
     INFO(domain << " prompt");
     CHECK(with_lookup.generate(ids, cfg).tokens == expected);
     CHECK(with_both.generate(ids, cfg).tokens == expected);
+    {
+      // With llama.cpp-style penalties, a bias and log-probabilities: still token for token,
+      // and the target's log-probabilities agree (verify rows against single-token rows).
+      specdec::GenerationConfig penalised = cfg;
+      penalised.max_new_tokens = 32;
+      penalised.penalties.repeat = 1.15f;
+      penalised.penalties.presence = 0.3f;
+      const token_t banned = expected.at(1);
+      penalised.penalties.logit_bias = {{banned, -std::numeric_limits<float>::infinity()}};
+      penalised.logprobs = true;
+      penalised.top_logprobs = 3;
+      const auto b = baseline.generate(ids, penalised);
+      const auto d = with_draft.generate(ids, penalised);
+      CHECK(std::find(b.tokens.begin(), b.tokens.end(), banned) == b.tokens.end());
+      CHECK(d.tokens == b.tokens);
+      CHECK(with_lookup.generate(ids, penalised).tokens == b.tokens);
+      REQUIRE(d.logprobs.size() == b.logprobs.size());
+      for (std::size_t i = 0; i < b.logprobs.size(); ++i) {
+        CHECK(d.logprobs[i].token == b.logprobs[i].token);
+        CHECK(std::fabs(d.logprobs[i].logprob - b.logprobs[i].logprob) < 2e-3);
+      }
+    }
     std::cout << fmt::format(
         "{}: {} tokens; decode target-only {:.2f} s, draft k=4 {:.2f} s ({:.2f}x), head-32768 "
         "draft k=4 {:.2f} s ({:.2f}x)\n",
