@@ -446,8 +446,7 @@ SPECDEC_DEVICE ProcessStatus process_row(const float* logits, int vocab,
     for (int i = tid; i < vocab; i += threads) {
       const float l = logits[i];
       const bool kept = (params.top_p < 1.0f ? probs[i] > 0.0f : l >= kth) && l >= min_logit;
-      probs[i] =
-          kept ? expf(sampling::tempered_logit<float>(l, params.temperature) - t_max) : 0.0f;
+      probs[i] = kept ? expf(sampling::tempered_logit<float>(l, params.temperature) - t_max) : 0.0f;
     }
     __syncthreads();
   } else if (params.min_p > 0.0f) {

@@ -25,8 +25,8 @@
 
 namespace {
 
-using specdec::cuda::KvType;
 using specdec::DType;
+using specdec::cuda::KvType;
 namespace dev = specdec::cuda::dev;
 namespace k = specdec::cuda::kernels;
 namespace ref = specdec::test::ref;

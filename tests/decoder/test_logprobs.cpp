@@ -46,7 +46,8 @@ std::vector<sp::TokenLogprob> reference_logprobs(const MockLM& target,
     lp.logprob = static_cast<float>(std::log(static_cast<double>(p[static_cast<std::size_t>(t)])));
     std::vector<std::size_t> ids(row.size());
     std::iota(ids.begin(), ids.end(), 0);
-    std::stable_sort(ids.begin(), ids.end(), [&](std::size_t a, std::size_t b) { return row[a] > row[b]; });
+    std::stable_sort(ids.begin(), ids.end(),
+                     [&](std::size_t a, std::size_t b) { return row[a] > row[b]; });
     for (std::size_t i = 0; i < std::min(cfg.top_logprobs, ids.size()); ++i) {
       if (p[ids[i]] == 0.0f) break;
       lp.top.push_back({static_cast<token_t>(ids[i]),
@@ -75,8 +76,8 @@ TEST_CASE("log-probabilities are the target's processed rows at each emitted pos
       {"greedy, penalties", sp::SamplingParams{.temperature = 0.0f}, true},
       {"temperature 0.8, top-k 4 (llama order)",
        sp::SamplingParams{.temperature = 0.8f, .top_k = 4, .temperature_last = true}, false},
-      {"temperature 1.2, top-p 0.9, penalties", sp::SamplingParams{.temperature = 1.2f, .top_p = 0.9f},
-       true},
+      {"temperature 1.2, top-p 0.9, penalties",
+       sp::SamplingParams{.temperature = 1.2f, .top_p = 0.9f}, true},
   };
   std::size_t accepted = 0, rejected_rounds = 0, short_tops = 0;
   for (const Setting& setting : settings) {
@@ -106,7 +107,8 @@ TEST_CASE("log-probabilities are the target's processed rows at each emitted pos
         MockLM t2 = target_table.lm();
         specdec::NGramDrafter ngram;
         const GenerationResult lookup =
-            specdec::SpeculativeDecoder(ngram, t2, SpeculativeOptions{.k = 4}).generate(prompt, cfg);
+            specdec::SpeculativeDecoder(ngram, t2, SpeculativeOptions{.k = 4})
+                .generate(prompt, cfg);
         MockLM t3 = target_table.lm();
         const GenerationResult plain = specdec::AutoregressiveDecoder(t3).generate(prompt, cfg);
         for (const GenerationResult* r : {&spec, &lookup, &plain}) {
@@ -133,7 +135,8 @@ TEST_CASE("without logprobs nothing is reported", "[decoder][logprobs]") {
   std::size_t events_with = 0;
   specdec::Callbacks callbacks;
   callbacks.on_token = [&](const specdec::TokenEvent& e) { events_with += e.logprob != nullptr; };
-  const auto r = specdec::AutoregressiveDecoder(t).generate(std::vector<token_t>{1, 2}, cfg, callbacks);
+  const auto r =
+      specdec::AutoregressiveDecoder(t).generate(std::vector<token_t>{1, 2}, cfg, callbacks);
   CHECK(r.logprobs.empty());
   CHECK(events_with == 0);
   cfg.logprobs = true;

@@ -80,7 +80,7 @@ struct GenerationResult {
   std::vector<token_t> tokens;  ///< generated ids (prompt and EOS excluded)
   /// With GenerationConfig::logprobs: one per token of `tokens`, in order.
   std::vector<sampling::TokenLogprob> logprobs;
-  std::string text;             ///< their text (empty without a tokenizer), stop string cut
+  std::string text;  ///< their text (empty without a tokenizer), stop string cut
   StopReason stop_reason = StopReason::max_tokens;
   GenerationStats stats;
   std::vector<RoundRecord> rounds;  ///< when GenerationConfig::record_rounds
