@@ -166,7 +166,7 @@ TEST_CASE("p(x) and q(x) of each drafted token are the target's and the draft's 
 
 // --n-probs: each generated token's log-probability and its alternatives come from the target's
 // processed row at that position (greedy: the softmax of the logits), in --json and in the page.
-TEST_CASE("--n-probs reports the target's processed log-probabilities, in JSON and the trace",
+TEST_CASE("log-probabilities (--n-probs) are the target's processed ones, in JSON and the trace",
           "[cli]") {
   for (const bool greedy : {false, true}) {
     INFO((greedy ? "greedy" : "sampled"));
