@@ -276,18 +276,19 @@ void handle_completion(Server& s, const httplib::Request& req, httplib::Response
           stream->first = false;
         }
         const serve::Job::Update update = job.wait(std::chrono::milliseconds(100));
-        // A chunk's logprobs: those of its tokens (null when the request asked for none).
+        // A chunk's logprobs: those of its tokens (null when the request asked for none); the
+        // completions' text_offset goes on past them.
         const auto logprobs = [&](std::span<const sampling::TokenLogprob> lps) {
           if (!stream->logprobs) return json(nullptr);
           json j =
               serve::logprobs_json(stream->info.endpoint, *s.tokenizer, lps, stream->text_offset);
+          for (const auto& lp : lps)
+            stream->text_offset += s.tokenizer->token_bytes(lp.token).size();
           return j;
         };
         for (const serve::Job::Piece& piece : update.pieces) {
           out += serve::sse_event(serve::chunk_json(stream->info, piece.text, stream->first, {},
                                                     nullptr, logprobs(piece.logprobs)));
-          for (const auto& lp : piece.logprobs)
-            stream->text_offset += s.tokenizer->token_bytes(lp.token).size();
           stream->first = false;
         }
         if (update.finished) {

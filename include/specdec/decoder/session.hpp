@@ -168,7 +168,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
       sampler_ = Sampler(*target_, sampler_max_k_);
     }
     sampler_.begin(config.sampling, config.seed);
-    set_penalties(config);
+    configure_sampler(config);
     adaptive_.reset();
     if (options_.adaptive)
       adaptive_ = std::make_unique<AdaptiveDraftLength>(options_.adaptive_options);
@@ -200,7 +200,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     detail::check_request(tokens, target_->context_length(), target_->vocab_size(), config,
                           tokenizer_, sequence_.size());
     sampler_.set_params(config.sampling);
-    set_penalties(config);
+    configure_sampler(config);
     sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
     begin_turn(tokens, config, callbacks);
     {
@@ -338,7 +338,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     phase_ = Phase::drafting;  // from here on, cancel() rolls the drafter back
     sampler_.begin_round(sequence_.back());
     if constexpr (requires(Sampler & s, std::span<const token_t> t) { s.set_history(t); }) {
-      if (penalised_) {
+      if (config_.penalties.active()) {
         // The penalties' scope before the round: the whole sequence, or the turn's completion.
         const std::size_t from =
             config_.penalties.scope == sampling::PenaltyScope::completion ? completion_begin_ : 0;
@@ -481,11 +481,10 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
 
   /// Hands the request's penalties and log-probability settings to the sampler (a sampler
   /// without them refuses them).
-  void set_penalties(const GenerationConfig& config) {
-    penalised_ = config.penalties.active();
+  void configure_sampler(const GenerationConfig& config) {
     if constexpr (requires(Sampler & s) { s.set_penalties(config.penalties); }) {
       sampler_.set_penalties(config.penalties);
-    } else if (penalised_) {
+    } else if (config.penalties.active()) {
       throw Error(std::string(name_) +
                   ": repetition penalties and logit bias are applied by the host sampler only; "
                   "the device sampler (CUDA backend) does not apply them yet: run on the CPU "
@@ -628,7 +627,6 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   std::optional<detail::Emitter> emitter_;
   bool done_ = true;
   ScopedTimer::clock::time_point decode_start_{};
-  bool penalised_ = false;            // config_.penalties.active()
   std::size_t completion_begin_ = 0;  // sequence_ index of the turn's first generated token
 
   // The current round.
