@@ -225,7 +225,7 @@ int main(int argc, char** argv) try {
     const std::size_t weight_bytes =
         specdec::bench::weight_bytes_per_forward(loaded.config, *loaded.weights);
     const std::size_t kv_bytes = specdec::bench::kv_bytes_per_forward(
-        loaded.config, context + 1, model.options().kv == specdec::cuda::Options::Kv::f16 ? 2 : 4);
+        loaded.config, context + 1, specdec::kv_type_bytes(model.options().kv_type));
     const std::string label = loaded.name.empty() ? path : loaded.name;
 
     // T(1) .. T(max_n) after `context` positions, each to its completion point.

@@ -338,13 +338,13 @@ SPECDEC_DEVICE float kth_largest(const float* row, int n, int k) {
 
 // ------------------------------------------------------------------ logits -> distribution
 
-/// Status of a processed row: 0, or 1 + the index of the first non-finite logit.
+/// Status of a processed row: the index of its first NaN / infinite logit, or -1.
 struct ProcessStatus {
   int bad_logit;  ///< -1: none
 };
 
-/// The core's process_logits for one row, in place in `probs` (V floats; holds the logits' copy
-/// on entry is not needed: `logits` is read, `probs` written). Every thread returns the status.
+/// The core's process_logits for one row: reads `logits` [V], writes the distribution to
+/// `probs` [V] (a separate buffer). Every thread returns the status.
 SPECDEC_DEVICE ProcessStatus process_row(const float* logits, int vocab,
                                          const sampling::SamplingParams& params, float* probs) {
   __shared__ double total_shared;

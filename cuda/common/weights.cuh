@@ -3,7 +3,7 @@
 // of a block (kernels/weight_layout.hpp: which bytes, which columns) into groups of 8 f32 weights
 // in registers. The skinny GEMM, the embedding gather and the dequantisation kernel are templates
 // over these traits, so adding a type is a traits struct here, a row in piece_layout() /
-// group_column() and a case in for_each_weight_type().
+// group_column() (kernels/weight_layout.hpp) and a case in with_weight_traits() (below).
 //
 // Bit-exactness: every weight is computed with the float operations of the model layer's
 // dequantiser (src/model/quants.cpp, itself bit-exact with ggml and gguf.quants), in its order,

@@ -26,7 +26,7 @@
 namespace {
 
 using specdec::DType;
-using specdec::cuda::KvType;
+using specdec::KvType;
 namespace dev = specdec::cuda::dev;
 namespace k = specdec::cuda::kernels;
 namespace ref = specdec::test::ref;

@@ -49,6 +49,7 @@
 #include "kernels/rope_kv.hpp"
 #include "kernels/skinny_gemm.hpp"
 #include "kernels/swiglu.hpp"
+#include "specdec/model/llama_schema.hpp"
 #include "specdec/model/quants.hpp"
 #include "specdec/model/rope.hpp"
 
@@ -69,20 +70,24 @@ std::string gib(std::size_t bytes) {
 DType half_type(Options::Weights w) {
   return w == Options::Weights::f16 ? DType::f16 : DType::bf16;
 }
-KvType kv_type(Options::Kv k) { return k == Options::Kv::f16 ? KvType::f16 : KvType::f32; }
 
 /// Prefill steps dequantise a matrix for cuBLAS in row chunks of a scratch buffer of this size
 /// by default (Options::prefill_scratch_bytes), so that a large output head needs no full 16-bit
 /// copy.
 constexpr std::size_t kPrefillScratchBytes = std::size_t{32} << 20;
 
-const Tensor& matrix(const WeightStore& w, const std::string& name, std::size_t rows,
-                     std::size_t cols) {
-  const Tensor& t = w.get(name);
-  if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols) {
-    throw Error(fmt::format("cuda::Transformer: tensor {} has shape [{}], expected [{}, {}]", name,
-                            fmt::join(t.shape, ", "), rows, cols));
+/// A weight matrix bound through the schema (name and shape), of a type the kernels multiply.
+const Tensor& matrix(const WeightStore& w, const ModelConfig& c, LlamaTensor id,
+                     std::size_t layer = 0) {
+  const Tensor* found = nullptr;
+  try {
+    found = &llama_weight(w, c, id, layer);
+  } catch (const Error& e) {
+    throw Error(fmt::format("cuda::Transformer: {}", e.what()));
   }
+  const Tensor& t = *found;
+  const std::string& name = t.name;
+  const std::size_t rows = t.rows(), cols = t.cols();
   if (!kernels::has_weight_kernels(t.dtype)) {
     throw Error(
         fmt::format("cuda::Transformer: tensor {} has type {}, which the CUDA backend "
@@ -210,8 +215,7 @@ struct Transformer::Impl {
   }
 
   [[nodiscard]] std::size_t kv_layer_bytes() const {
-    return config.n_kv_heads * capacity * config.head_dim *
-           static_cast<std::size_t>(kv_bytes(kvtype));
+    return config.n_kv_heads * capacity * config.head_dim * kv_type_bytes(kvtype);
   }
 
   /// Stores the tensors' rows on the device, one matrix per run of equal device types.
@@ -448,7 +452,7 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
     throw Error("cuda::Transformer: Options::max_step_tokens must be at least 16");
   }
   m.half = half_type(options.weights);
-  m.kvtype = kv_type(options.kv);
+  m.kvtype = options.kv_type;
   m.capacity = options.context_length != 0 ? options.context_length : c.context_length;
   if (m.capacity == 0)
     throw Error("cuda::Transformer: context length is 0 (set Options::context_length)");
@@ -478,41 +482,35 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
       kernels::attention_splits(static_cast<int>(m.capacity), m.attention_chunk);
 
   // ---- weights: matrices keep their file's bytes (F32 ones become m.half), vectors are f32
+  using enum LlamaTensor;
   {
-    const Projection table =
-        m.upload_projection({&matrix(w, "token_embd.weight", c.vocab_size, c.dim)});
+    const Projection table = m.upload_projection({&matrix(w, c, token_embd)});
     m.embed = table.parts.front().matrix;
-    const Tensor* output = c.tied_embeddings ? nullptr : w.find("output.weight");
-    m.head = output == nullptr
-                 ? table
-                 : m.upload_projection({&matrix(w, "output.weight", c.vocab_size, c.dim)});
+    m.head = is_present(output, c) ? m.upload_projection({&matrix(w, c, output)}) : table;
   }
-  m.output_norm = upload(load_f32_vector(w, "output_norm.weight", c.dim));
+  m.output_norm = upload(llama_vector(w, c, output_norm));
   m.inv_freq = upload(rope_inv_freq(c, w));
   m.layers.resize(c.n_layers);
   for (std::size_t i = 0; i < c.n_layers; ++i) {
     Layer& L = m.layers[i];
-    const std::string p = fmt::format("blk.{}.", i);
-    L.qkv = m.upload_projection({&matrix(w, p + "attn_q.weight", c.q_dim(), c.dim),
-                                 &matrix(w, p + "attn_k.weight", c.kv_dim(), c.dim),
-                                 &matrix(w, p + "attn_v.weight", c.kv_dim(), c.dim)});
-    L.o = m.upload_projection({&matrix(w, p + "attn_output.weight", c.dim, c.q_dim())});
-    L.gate_up = m.upload_projection({&matrix(w, p + "ffn_gate.weight", c.ffn_dim, c.dim),
-                                     &matrix(w, p + "ffn_up.weight", c.ffn_dim, c.dim)});
-    L.down = m.upload_projection({&matrix(w, p + "ffn_down.weight", c.dim, c.ffn_dim)});
-    L.attn_norm = upload(load_f32_vector(w, p + "attn_norm.weight", c.dim));
-    L.ffn_norm = upload(load_f32_vector(w, p + "ffn_norm.weight", c.dim));
-    if (c.qkv_bias) {
-      std::vector<float> bias = load_f32_vector(w, p + "attn_q.bias", c.q_dim());
-      for (const char* name : {"attn_k.bias", "attn_v.bias"}) {
-        const std::vector<float> b = load_f32_vector(w, p + name, c.kv_dim());
+    L.qkv = m.upload_projection(
+        {&matrix(w, c, attn_q, i), &matrix(w, c, attn_k, i), &matrix(w, c, attn_v, i)});
+    L.o = m.upload_projection({&matrix(w, c, attn_output, i)});
+    L.gate_up = m.upload_projection({&matrix(w, c, ffn_gate, i), &matrix(w, c, ffn_up, i)});
+    L.down = m.upload_projection({&matrix(w, c, ffn_down, i)});
+    L.attn_norm = upload(llama_vector(w, c, attn_norm, i));
+    L.ffn_norm = upload(llama_vector(w, c, ffn_norm, i));
+    if (is_present(attn_q_bias, c)) {  // q, k and v biases as one vector, as qkv is one matrix
+      std::vector<float> bias;
+      for (const LlamaTensor part : {attn_q_bias, attn_k_bias, attn_v_bias}) {
+        const std::vector<float> b = llama_vector(w, c, part, i);
         bias.insert(bias.end(), b.begin(), b.end());
       }
       L.qkv_bias = upload(bias);
     }
-    if (c.qk_norm) {
-      L.q_norm = upload(load_f32_vector(w, p + "attn_q_norm.weight", c.head_dim));
-      L.k_norm = upload(load_f32_vector(w, p + "attn_k_norm.weight", c.head_dim));
+    if (is_present(attn_q_norm, c)) {
+      L.q_norm = upload(llama_vector(w, c, attn_q_norm, i));
+      L.k_norm = upload(llama_vector(w, c, attn_k_norm, i));
     }
   }
 
@@ -532,7 +530,7 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
           "cache ({} layers x 2 x {} KV heads x {} positions x head dim {} x {} bytes) but device "
           "{} has {} GiB free: set a shorter context (Options::context_length)",
           m.capacity, gib(kv_bytes_total), c.n_layers, c.n_kv_heads, m.capacity, c.head_dim,
-          kv_bytes(m.kvtype), options.device, gib(free_bytes)));
+          kv_type_bytes(m.kvtype), options.device, gib(free_bytes)));
   }
   m.k_cache = DeviceArray<std::uint8_t>(c.n_layers * m.kv_layer_bytes());
   m.v_cache = DeviceArray<std::uint8_t>(c.n_layers * m.kv_layer_bytes());

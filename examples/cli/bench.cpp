@@ -183,12 +183,50 @@ void run_bench(BenchOptions o) {
   });
 }
 
-/// The measurements, on the backend's model type LM.
+/// What a bench run measured, before it is reported (results_json, print_table, print_json).
+struct Measurement {
+  Backend backend = Backend::cpu;
+  std::string prompt_source;
+  std::size_t prompt_count = 0;
+  std::uint64_t seed = 0;
+  std::size_t threads = 0;  ///< the target's (0 on a GPU)
+  /// Whether a round's draft time can be split from its verify time (host models).
+  bool split_draft_time = true;
+  ForwardTimes target_times;                 ///< T(1) .. T(max k + 1)
+  std::size_t max_k = 0;                     ///< the largest k the costs cover
+  std::map<std::size_t, double> draft_step;  ///< --draft-head -> seconds of one draft step
+  std::vector<DecodeSetup> setups;           ///< the baseline first
+  std::vector<std::string> domains;          ///< the prompts' domains (+ "all" when several)
+  /// totals[repeat][temperature][setup][domain]
+  std::vector<std::vector<std::vector<std::map<std::string, Totals>>>> totals;
+  std::size_t greedy_runs = 0, greedy_mismatches = 0;
+
+  /// The round cost C(k), k = 0 .. max_k, with this draft step.
+  [[nodiscard]] std::vector<double> costs_of(double draft_seconds) const {
+    ForwardTimes t = target_times;
+    t.draft = draft_seconds;
+    return round_costs(t, max_k);
+  }
+  /// C at a mean draft length (n-gram rounds draft fewer than k): linear between whole k.
+  [[nodiscard]] double cost_at(double draft_seconds, double k) const {
+    const std::vector<double> c = costs_of(draft_seconds);
+    const double at = std::clamp(k, 0.0, static_cast<double>(max_k));
+    const auto lo = static_cast<std::size_t>(at);
+    const std::size_t hi = std::min(lo + 1, max_k);
+    return c[lo] + (at - static_cast<double>(lo)) * (c[hi] - c[lo]);
+  }
+};
+
+/// The measurements, on the backend's model type LM: the models, the cost model (forwards timed
+/// before decoding), then every setup on every prompt, temperature and repeat.
 template <class LM>
-void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalPrompt>& prompts,
-              const std::string& prompt_source) {
-  // Whether the round's draft time can be split from its verify time (host models), see above.
-  constexpr bool split_draft_time = logits_memory_v<LM> == Memory::host;
+Measurement measure(const BenchOptions& o, Backend backend, const std::vector<EvalPrompt>& prompts,
+                    const std::string& prompt_source) {
+  Measurement m;
+  m.backend = backend;
+  m.prompt_source = prompt_source;
+  m.prompt_count = prompts.size();
+  m.split_draft_time = logits_memory_v<LM> == Memory::host;
   Model<LM> target = open_model<LM>(*o.target, "target");
   std::optional<Model<LM>> draft;
   if (o.draft) draft = open_model<LM>(*o.draft, "draft");
@@ -197,7 +235,7 @@ void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalProm
     if (draft) models.push_back(&*draft);
     start_models<LM>(models, o.models);
   }
-  if (draft) check_same_vocabulary(target, *draft);
+  if (draft) check_draft_compatible(target.file, draft->file);
   if (o.lookup_draft && !(draft && o.ngram))
     throw Error("bench: --lookup-draft needs --draft MODEL and --ngram N");
   // The draft with its head restricted to the first N ids, per --draft-head N (0: the draft
@@ -225,7 +263,8 @@ void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalProm
     if (!draft) return nullptr;
     return n ? &heads.at(n) : &*draft;
   };
-  const std::uint64_t seed = o.sampling.seed.resolve();
+  m.threads = model_threads(*target.lm);
+  const std::uint64_t seed = m.seed = o.sampling.seed.resolve();
   std::vector<std::vector<token_t>> prompt_ids;
   for (std::size_t i = 0; i < prompts.size(); ++i)
     prompt_ids.push_back(encode_prompt(target, prompts[i].text,
@@ -233,31 +272,19 @@ void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalProm
 
   // The cost model: T(1) .. T(max k + 1) of the target and a step of each draft, measured now.
   // (the largest k of a run: adaptive k goes up to DecodeSetup::max_k; at most the context allows)
-  const std::size_t max_k = std::min(std::max(o.adaptive ? DecodeSetup{}.max_k : std::size_t{1},
-                                              *std::max_element(o.ks.begin(), o.ks.end())),
-                                     target.lm->context_length() - 1);
-  const ForwardTimes target_times =
-      measure_forward_times(*target.lm, static_cast<LM*>(nullptr), max_k);
-  std::map<std::size_t, double> draft_step;  // head -> seconds of one draft step
+  const std::size_t max_k = m.max_k =
+      std::min(std::max(o.adaptive ? DecodeSetup{}.max_k : std::size_t{1},
+                        *std::max_element(o.ks.begin(), o.ks.end())),
+               target.lm->context_length() - 1);
+  m.target_times = measure_forward_times(*target.lm, static_cast<LM*>(nullptr), max_k);
+  std::map<std::size_t, double>& draft_step = m.draft_step;
   if (draft)
     for (const std::size_t n : o.draft_heads)
       draft_step[n] = measure_forward_times(*target.lm, draft_with_head(n)->lm.get(), 0).draft;
-  auto costs_of = [&](double draft_seconds) {
-    ForwardTimes t = target_times;
-    t.draft = draft_seconds;
-    return round_costs(t, max_k);
-  };
-  // C at a mean draft length (n-gram rounds draft fewer than k): linear between whole k.
-  auto cost_at = [&](double draft_seconds, double k) {
-    const std::vector<double> c = costs_of(draft_seconds);
-    const double at = std::clamp(k, 0.0, static_cast<double>(max_k));
-    const auto lo = static_cast<std::size_t>(at);
-    const std::size_t hi = std::min(lo + 1, max_k);
-    return c[lo] + (at - static_cast<double>(lo)) * (c[hi] - c[lo]);
-  };
 
   // The configurations: the baseline first, then each drafter with each k and adaptive k.
-  std::vector<DecodeSetup> setups(1);
+  std::vector<DecodeSetup>& setups = m.setups;
+  setups.resize(1);
   auto add_setups = [&](DecodeSetup s, double draft_seconds) {
     for (const std::size_t k : o.ks) {
       s.k = k;
@@ -266,7 +293,7 @@ void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalProm
     if (o.adaptive) {
       s.adaptive = true;
       s.max_k = std::min(s.max_k, max_k);  // the costs cover k <= max_k
-      s.round_cost = costs_of(draft_seconds);
+      s.round_cost = m.costs_of(draft_seconds);
       setups.push_back(s);
     }
   };
@@ -293,18 +320,18 @@ void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalProm
       add_setups(setup, draft_step.at(n));
     }
   }
-  std::vector<std::string> domains;
+  std::vector<std::string>& domains = m.domains;
   for (const auto& p : prompts)
     if (std::find(domains.begin(), domains.end(), p.domain) == domains.end())
       domains.push_back(p.domain);
   if (domains.size() > 1) domains.push_back("all");
 
-  // totals[repeat][temperature][setup][domain]
   using PerDomain = std::map<std::string, Totals>;
-  std::vector<std::vector<std::vector<PerDomain>>> totals(
-      o.repeat, std::vector<std::vector<PerDomain>>(o.temperatures.size(),
-                                                    std::vector<PerDomain>(setups.size())));
-  std::size_t greedy_runs = 0, greedy_mismatches = 0;
+  auto& totals = m.totals;
+  totals.assign(o.repeat, std::vector<std::vector<PerDomain>>(
+                              o.temperatures.size(), std::vector<PerDomain>(setups.size())));
+  std::size_t& greedy_runs = m.greedy_runs;
+  std::size_t& greedy_mismatches = m.greedy_mismatches;
 
   Progress progress;
   const std::size_t steps = o.repeat * o.temperatures.size() * prompts.size();
@@ -336,19 +363,27 @@ void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalProm
         }
       }
   progress.clear();
+  return m;
+}
 
-  // Medians over the repeats; counts from the first repeat (every repeat does the same work).
+/// One JSON row per (temperature, domain, setup): medians over the repeats, counts from the
+/// first repeat (every repeat does the same work).
+nlohmann::json results_json(const BenchOptions& o, const Measurement& m) {
+  const auto& totals = m.totals;
+  const auto& setups = m.setups;
+  const bool split_draft_time = m.split_draft_time;
+
   nlohmann::json results = nlohmann::json::array();
   for (std::size_t ti = 0; ti < o.temperatures.size(); ++ti)
-    for (const auto& domain : domains)
+    for (const auto& domain : m.domains)
       for (std::size_t si = 0; si < setups.size(); ++si) {
         // Costs relative to one plain target step of the same repeat: what the speedup is made
         // of (speedup ~ tokens per round / (k x draft cost + verify cost)).
         std::vector<double> tps, speedups, verify_cost, draft_cost, ms_draft, ms_verify,
             ms_sampling, ms_round;
         for (std::size_t rep = 0; rep < o.repeat; ++rep) {
-          const Totals& t = totals[rep][ti][si][domain];
-          const Totals& base = totals[rep][ti][0][domain];
+          const Totals& t = totals[rep][ti][si].at(domain);
+          const Totals& base = totals[rep][ti][0].at(domain);
           const double step = base.seconds_per_target_pass();
           verify_cost.push_back(step > 0 ? t.seconds_per_target_pass() / step : 0.0);
           draft_cost.push_back(step > 0 ? t.seconds_per_draft_pass() / step : 0.0);
@@ -362,21 +397,21 @@ void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalProm
                                  ? t.tokens_per_second() / base.tokens_per_second()
                                  : 0.0);
         }
-        const Totals& t = totals[0][ti][si][domain];
+        const Totals& t = totals[0][ti][si].at(domain);
         const DecodeSetup& s = setups[si];
         // The cost model's speedup: tokens per round over C(mean draft length), the forwards
         // timed before decoding (sampling and bookkeeping left out, on both sides).
         const double draft_seconds =
-            s.drafter == DecodeSetup::Drafter::model ? draft_step.at(s.draft_head)
+            s.drafter == DecodeSetup::Drafter::model ? m.draft_step.at(s.draft_head)
             : s.drafter == DecodeSetup::Drafter::lookup_model && t.rounds
-                ? draft_step.at(s.draft_head) * static_cast<double>(t.draft_passes) /
+                ? m.draft_step.at(s.draft_head) * static_cast<double>(t.draft_passes) /
                       std::max<double>(1.0, static_cast<double>(t.drafted))
                 : 0.0;
         const double mean_k =
             t.rounds ? static_cast<double>(t.drafted) / static_cast<double>(t.rounds) : 0.0;
         const double predicted = t.rounds ? static_cast<double>(t.tokens) /
                                                 static_cast<double>(t.rounds) /
-                                                cost_at(draft_seconds, mean_k)
+                                                m.cost_at(draft_seconds, mean_k)
                                           : 0.0;
         nlohmann::json row = {
             {"temperature", as_typed(o.temperatures[ti])},
@@ -419,87 +454,104 @@ void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalProm
         results.push_back(std::move(row));
       }
 
-  if (o.json) {
-    nlohmann::json out = {
-        {"command", command_line()},
-        {"machine", {{"cpu", cpu_name()}, {"online_cpus", sysconf(_SC_NPROCESSORS_ONLN)}}},
-        {"target", *o.target},
-        {"draft", o.draft ? nlohmann::json(*o.draft) : nlohmann::json(nullptr)},
-        {"prompts", prompt_source},
-        {"max_new_tokens", o.max_new_tokens},
-        {"repeat", o.repeat},
-        {"seed", seed},
-        {"backend", backend_name(backend)},
-        {"threads", model_threads(*target.lm)},
-        {"target_forward_seconds", target_times.target},  // T(1) .. T(max k + 1)
-        {"draft_step_seconds", draft_step},               // per --draft-head (0: whole head)
-        {"greedy_runs_compared", greedy_runs},
-        {"greedy_runs_identical", greedy_runs - greedy_mismatches},
-        {"results", results}};
-    print_json(out);
-  } else {
-    fmt::print(
-        "target {}{}\nprompts {} ({} prompts), {} new tokens each, {} repeat(s), {}, medians\n",
-        *o.target, o.draft ? "\ndraft  " + *o.draft : std::string(), prompt_source, prompts.size(),
-        o.max_new_tokens, o.repeat,
-        backend == Backend::cuda ? std::string("CUDA backend")
-                                 : fmt::format("{} thread(s)", model_threads(*target.lm)));
-    fmt::print(
-        "\ncosts measured before decoding (median of 7): target T(1) = {:.2f} ms; T(n)/T(1):",
-        1e3 * target_times.target[0]);
-    for (std::size_t n = 2; n <= target_times.target.size(); ++n)
-      fmt::print(" {}:{:.2f}", n, target_times.target[n - 1] / target_times.target[0]);
-    fmt::print("\n");
-    for (const auto& [n, d] : draft_step)
-      fmt::print("draft step{}: {:.2f} ms = {:.3f} T(1)\n",
-                 n ? fmt::format(" (head {})", n) : std::string(), 1e3 * d,
-                 d / target_times.target[0]);
-    std::string last_group;
-    for (const auto& r : results) {
-      const std::string group =
-          fmt::format("temperature {} | {} ({} prompts)", r["temperature"].get<double>(),
-                      r["domain"].get<std::string>(), r["prompts"].get<std::size_t>());
-      if (group != last_group) {
-        fmt::print("\n{}\n  {:<44} {:>7} {:>8} {:>10} {:>11} {:>12} {:>8} {:>8} {:>28}\n", group,
-                   "config", "tok/s", "speedup", "predicted", "acceptance", "tokens/round",
-                   "verify", "draft", "ms/round: draft verify samp");
-        last_group = group;
-      }
-      const bool base = r["drafter"] == "none";
-      const bool model =
-          split_draft_time && (r["drafter"] == "model" || r["drafter"] == "ngram+model");
-      fmt::print(
-          "  {:<44} {:>7.1f} {:>7.2f}x {:>9.2f}x {:>11} {:>12.2f} {:>8.2f} {:>8} {:>8.1f} {:>6} "
-          "{:>5.1f} {:>6.1f}\n",
-          r["config"].get<std::string>(), r["tokens_per_second"].get<double>(),
-          r["speedup"].get<double>(), r["predicted_speedup"].get<double>(),
-          base ? std::string("-") : fmt::format("{:.3f}", r["acceptance_rate"].get<double>()),
-          r["mean_tokens_per_round"].get<double>(), r["verify_cost"].get<double>(),
-          model ? fmt::format("{:.2f}", r["draft_cost"].get<double>()) : std::string("-"),
-          r["ms_per_round"].get<double>(),
-          split_draft_time ? fmt::format("{:.1f}", r["ms_draft"].get<double>()) : std::string("-"),
-          r["ms_verify"].get<double>(), r["ms_sampling"].get<double>());
+  return results;
+}
+
+/// The run as one JSON document (--json).
+void print_json_report(const BenchOptions& o, const Measurement& m, const nlohmann::json& results) {
+  nlohmann::json out = {
+      {"command", command_line()},
+      {"machine", {{"cpu", cpu_name()}, {"online_cpus", sysconf(_SC_NPROCESSORS_ONLN)}}},
+      {"target", *o.target},
+      {"draft", o.draft ? nlohmann::json(*o.draft) : nlohmann::json(nullptr)},
+      {"prompts", m.prompt_source},
+      {"max_new_tokens", o.max_new_tokens},
+      {"repeat", o.repeat},
+      {"seed", m.seed},
+      {"backend", backend_name(m.backend)},
+      {"threads", m.threads},
+      {"target_forward_seconds", m.target_times.target},  // T(1) .. T(max k + 1)
+      {"draft_step_seconds", m.draft_step},               // per --draft-head (0: whole head)
+      {"greedy_runs_compared", m.greedy_runs},
+      {"greedy_runs_identical", m.greedy_runs - m.greedy_mismatches},
+      {"results", results}};
+  print_json(out);
+}
+
+/// The run as tables, one per temperature and domain.
+void print_table(const BenchOptions& o, const Measurement& m, const nlohmann::json& results) {
+  fmt::print(
+      "target {}{}\nprompts {} ({} prompts), {} new tokens each, {} repeat(s), {}, medians\n",
+      *o.target, o.draft ? "\ndraft  " + *o.draft : std::string(), m.prompt_source, m.prompt_count,
+      o.max_new_tokens, o.repeat,
+      m.backend == Backend::cuda ? std::string("CUDA backend")
+                                 : fmt::format("{} thread(s)", m.threads));
+  fmt::print("\ncosts measured before decoding (median of 7): target T(1) = {:.2f} ms; T(n)/T(1):",
+             1e3 * m.target_times.target[0]);
+  for (std::size_t n = 2; n <= m.target_times.target.size(); ++n)
+    fmt::print(" {}:{:.2f}", n, m.target_times.target[n - 1] / m.target_times.target[0]);
+  fmt::print("\n");
+  for (const auto& [n, d] : m.draft_step)
+    fmt::print("draft step{}: {:.2f} ms = {:.3f} T(1)\n",
+               n ? fmt::format(" (head {})", n) : std::string(), 1e3 * d,
+               d / m.target_times.target[0]);
+  std::string last_group;
+  for (const auto& r : results) {
+    const std::string group =
+        fmt::format("temperature {} | {} ({} prompts)", r["temperature"].get<double>(),
+                    r["domain"].get<std::string>(), r["prompts"].get<std::size_t>());
+    if (group != last_group) {
+      fmt::print("\n{}\n  {:<44} {:>7} {:>8} {:>10} {:>11} {:>12} {:>8} {:>8} {:>28}\n", group,
+                 "config", "tok/s", "speedup", "predicted", "acceptance", "tokens/round", "verify",
+                 "draft", "ms/round: draft verify samp");
+      last_group = group;
     }
+    const bool base = r["drafter"] == "none";
+    const bool model =
+        m.split_draft_time && (r["drafter"] == "model" || r["drafter"] == "ngram+model");
     fmt::print(
-        "\nverify: one target forward (k + 1 tokens) / one target-only step; draft: one draft "
-        "forward / one target-only step; predicted: tokens per round / C(mean k) from the costs "
-        "above; ms/round: the round's time, then its draft forwards, target forwards and "
-        "sampling + verification.\n");
-    if (!split_draft_time)
-      fmt::print(
-          "{}: the draft's steps run asynchronously on the device and each round waits once, so "
-          "the verify columns hold draft + verify and the draft columns are empty; the costs "
-          "above are GPU time (each forward timed to its completion).\n",
-          backend_name(backend));
-    if (greedy_runs > 0)
-      fmt::print(
-          "\ngreedy (temperature 0): {}/{} speculative runs emitted exactly the baseline's "
-          "tokens\n",
-          greedy_runs - greedy_mismatches, greedy_runs);
+        "  {:<44} {:>7.1f} {:>7.2f}x {:>9.2f}x {:>11} {:>12.2f} {:>8.2f} {:>8} {:>8.1f} {:>6} "
+        "{:>5.1f} {:>6.1f}\n",
+        r["config"].get<std::string>(), r["tokens_per_second"].get<double>(),
+        r["speedup"].get<double>(), r["predicted_speedup"].get<double>(),
+        base ? std::string("-") : fmt::format("{:.3f}", r["acceptance_rate"].get<double>()),
+        r["mean_tokens_per_round"].get<double>(), r["verify_cost"].get<double>(),
+        model ? fmt::format("{:.2f}", r["draft_cost"].get<double>()) : std::string("-"),
+        r["ms_per_round"].get<double>(),
+        m.split_draft_time ? fmt::format("{:.1f}", r["ms_draft"].get<double>()) : std::string("-"),
+        r["ms_verify"].get<double>(), r["ms_sampling"].get<double>());
   }
-  if (greedy_mismatches > 0)
+  fmt::print(
+      "\nverify: one target forward (k + 1 tokens) / one target-only step; draft: one draft "
+      "forward / one target-only step; predicted: tokens per round / C(mean k) from the costs "
+      "above; ms/round: the round's time, then its draft forwards, target forwards and "
+      "sampling + verification.\n");
+  if (!m.split_draft_time)
+    fmt::print(
+        "{}: the draft's steps run asynchronously on the device and each round waits once, so "
+        "the verify columns hold draft + verify and the draft columns are empty; the costs "
+        "above are GPU time (each forward timed to its completion).\n",
+        backend_name(m.backend));
+  if (m.greedy_runs > 0)
+    fmt::print(
+        "\ngreedy (temperature 0): {}/{} speculative runs emitted exactly the baseline's "
+        "tokens\n",
+        m.greedy_runs - m.greedy_mismatches, m.greedy_runs);
+}
+
+/// bench on the backend's model type LM: measure, then report.
+template <class LM>
+void bench_on(const BenchOptions& o, Backend backend, const std::vector<EvalPrompt>& prompts,
+              const std::string& prompt_source) {
+  const Measurement m = measure<LM>(o, backend, prompts, prompt_source);
+  const nlohmann::json results = results_json(o, m);
+  if (o.json)
+    print_json_report(o, m, results);
+  else
+    print_table(o, m, results);
+  if (m.greedy_mismatches > 0)
     throw Error(fmt::format("bench: {} of {} greedy speculative runs differ from the baseline",
-                            greedy_mismatches, greedy_runs));
+                            m.greedy_mismatches, m.greedy_runs));
 }
 
 }  // namespace

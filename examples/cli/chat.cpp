@@ -127,7 +127,7 @@ void chat_on(const ChatOptions& o, Backend backend, const DecodeSetup& setup,
     if (draft) models.push_back(&*draft);
     start_models<LM>(models, o.models);
   }
-  if (draft) check_same_vocabulary(target, *draft);
+  if (draft) check_draft_compatible(target.file, draft->file);
   const Tokenizer& tokenizer = target.tokenizer();
   const std::size_t context = target.lm->context_length();
 

@@ -17,6 +17,7 @@
 #include <iostream>
 #include <sstream>
 #include <thread>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -382,14 +383,16 @@ std::size_t usable_cpus() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+}  // namespace
+
 #if SPECDEC_CLI_CUDA
 /// The CUDA backend's options of a model: the context and the KV cache type of the flags (the
 /// weights in f16). The emulated build (tests) runs its kernels with small blocks, which the
 /// emulator executes faster.
-cuda::Options cuda_options(const LoadedModel& file, std::string_view role,
-                           const ModelFlags& flags) {
+cuda::Options cuda_model_options(const LoadedModel& file, std::string_view role,
+                                 const ModelFlags& flags) {
   cuda::Options o;
-  o.kv = flags.kv_type() == cpu::KvType::f16 ? cuda::Options::Kv::f16 : cuda::Options::Kv::f32;
+  o.kv_type = flags.kv_type();
   o.context_length = context_positions(file, role, flags);
 #if SPECDEC_CUDA_EMULATION
   o.norm_threads = 64;
@@ -399,7 +402,6 @@ cuda::Options cuda_options(const LoadedModel& file, std::string_view role,
   return o;
 }
 #endif
-}  // namespace
 
 template <>
 void start_models<cpu::Transformer>(std::span<Model<cpu::Transformer>* const> models,
@@ -416,7 +418,7 @@ void start_models<cpu::Transformer>(std::span<Model<cpu::Transformer>* const> mo
                          e.context_length, cpu::format_bytes(e.total()));
   }
   if (const auto available = cpu::available_memory(); available && total > available->bytes) {
-    const bool f32 = !options.empty() && options[0].kv_type == cpu::KvType::f32;
+    const bool f32 = !options.empty() && options[0].kv_type == KvType::f32;
     throw Error(fmt::format(
         "the KV cache{} need{} {} ({}) but {} allows {}: give a shorter context with -c N (the "
         "default is the model's context, at most {}){}",
@@ -444,7 +446,7 @@ template <>
 void start_models<cuda::Transformer>(std::span<Model<cuda::Transformer>* const> models,
                                      const ModelFlags& flags) {
   for (auto* m : models) {
-    const cuda::Options options = cuda_options(m->file, m->role, flags);
+    const cuda::Options options = cuda_model_options(m->file, m->role, flags);
     Progress progress;
     progress.update(
         fmt::format("uploading {} to the GPU ({} positions) ...", m->role, options.context_length));
@@ -485,118 +487,39 @@ void check_penalties(const sampling::Penalties& penalties, const LoadedModel& ta
   }
 }
 
-void check_same_vocabulary(const LoadedModel& target, const LoadedModel& draft) {
-  // From the files' configs: the check comes before the models are started (serve starts them
-  // per slot, later).
-  if (draft.config.vocab_size != target.config.vocab_size)
-    throw Error(fmt::format(
-        "the draft {} has a vocabulary of {} tokens but the target {} has {}: the pair must share "
-        "one tokenizer",
-        draft.source, draft.config.vocab_size, target.source, target.config.vocab_size));
-  if (!draft.tokenizer || !target.tokenizer) return;  // nothing more to compare
-  const Tokenizer& a = *target.tokenizer;
-  const Tokenizer& b = *draft.tokenizer;
-  if (a.vocab_size() != b.vocab_size())
-    throw Error(fmt::format("the draft's tokenizer has {} tokens but the target's has {}",
-                            b.vocab_size(), a.vocab_size()));
-  for (std::size_t i = 0; i < a.vocab_size(); ++i) {
-    const auto id = static_cast<token_t>(i);
-    if (a.token_piece(id) != b.token_piece(id))
-      throw Error(fmt::format(
-          "the draft's and the target's tokenizers differ at token {} ('{}' vs '{}'): the pair "
-          "must share one tokenizer",
-          i, b.token_piece(id), a.token_piece(id)));
-  }
-}
-
 // ------------------------------------------------------------------------ decoding
 
-std::string DecodeSetup::label() const {
-  const std::string k_text = adaptive ? std::string("adaptive k") : fmt::format("k={}", k);
-  const std::string model =
-      draft_head ? fmt::format("draft model (head {})", draft_head) : std::string("draft model");
-  switch (drafter) {
-    case Drafter::none:
-      return "baseline";
-    case Drafter::model:
-      return model + " " + k_text;
-    case Drafter::ngram:
-      return fmt::format("n-gram (n<={}) {}", ngram, k_text);
-    case Drafter::lookup_model:
-      return fmt::format("n-gram (n={}..{}) + {} {}", ngram_min, ngram, model, k_text);
-  }
-  return "?";
-}
-
-SpeculativeOptions DecodeSetup::speculative_options() const {
-  SpeculativeOptions options;
-  options.k = k;
-  options.adaptive = adaptive;
-  options.min_draft = draft_min;
-  if (adaptive) {
-    options.adaptive_options.min_k = std::max<std::size_t>(1, draft_min);
-    options.adaptive_options.max_k = std::max(max_k, options.adaptive_options.min_k);
-    options.adaptive_options.round_cost = round_cost;
-  }
-  return options;
-}
-
-NGramDrafter::Options DecodeSetup::ngram_options() const {
-  NGramDrafter::Options options;
-  options.max_ngram = ngram;
-  options.min_ngram = ngram_min;
-  return options;
-}
-
-/// The decoder of the setup: one of four, and the drafter objects a speculative one refers to.
+/// The decoder of the setup: a session of one of the four types (the library's make_session).
 template <class LM>
 struct Decoder<LM>::Impl {
-  std::optional<ModelDrafter<LM>> model_drafter;
-  std::optional<NGramDrafter> ngram_drafter;
-  std::optional<LookupThenModelDrafter<LM>> lookup_drafter;
-  std::unique_ptr<AutoregressiveDecoder<LM>> baseline;
-  std::unique_ptr<SpeculativeDecoder<ModelDrafter<LM>, LM>> with_model;
-  std::unique_ptr<SpeculativeDecoder<NGramDrafter, LM>> with_ngram;
-  std::unique_ptr<SpeculativeDecoder<LookupThenModelDrafter<LM>, LM>> with_lookup;
+  std::variant<std::unique_ptr<OwnedSession<PlainSession<LM>>>,
+               std::unique_ptr<OwnedSession<ModelSession<LM>>>,
+               std::unique_ptr<OwnedSession<NGramSession<LM>>>,
+               std::unique_ptr<OwnedSession<LookupModelSession<LM>>>>
+      owned;
 
-  /// f(decoder) with whichever decoder the setup made.
+  /// f(session) with whichever session the setup made.
   template <class F>
-  decltype(auto) visit(F&& f) {
-    if (baseline) return f(*baseline);
-    if (with_model) return f(*with_model);
-    if (with_lookup) return f(*with_lookup);
-    return f(*with_ngram);
+  decltype(auto) visit(F&& f) const {
+    return std::visit([&](const auto& o) -> decltype(auto) { return f(o->session()); }, owned);
   }
 };
 
 template <class LM>
 Decoder<LM>::Decoder(Model<LM>& target, Model<LM>* draft, const DecodeSetup& setup)
     : impl_(std::make_unique<Impl>()) {
-  const SpeculativeOptions options = setup.speculative_options();
-  const Tokenizer* tokenizer = target.file.tokenizer.get();
-  switch (setup.drafter) {
-    case DecodeSetup::Drafter::none:
-      impl_->baseline = std::make_unique<AutoregressiveDecoder<LM>>(*target.lm, tokenizer);
-      break;
-    case DecodeSetup::Drafter::model:
-      if (draft == nullptr || !draft->lm) throw Error("a draft model is needed (--draft)");
-      impl_->model_drafter.emplace(*draft->lm);
-      impl_->with_model = std::make_unique<SpeculativeDecoder<ModelDrafter<LM>, LM>>(
-          *impl_->model_drafter, *target.lm, options, tokenizer, draft->file.tokenizer.get());
-      break;
-    case DecodeSetup::Drafter::ngram: {
-      impl_->ngram_drafter.emplace(setup.ngram_options());
-      impl_->with_ngram = std::make_unique<SpeculativeDecoder<NGramDrafter, LM>>(
-          *impl_->ngram_drafter, *target.lm, options, tokenizer, nullptr);
-      break;
-    }
-    case DecodeSetup::Drafter::lookup_model:
-      if (draft == nullptr || !draft->lm) throw Error("a draft model is needed (--draft)");
-      impl_->lookup_drafter.emplace(*draft->lm, setup.ngram_options());
-      impl_->with_lookup = std::make_unique<SpeculativeDecoder<LookupThenModelDrafter<LM>, LM>>(
-          *impl_->lookup_drafter, *target.lm, options, tokenizer, draft->file.tokenizer.get());
-      break;
+  if (setup.uses_draft_model() && (draft == nullptr || !draft->lm))
+    throw Error("a draft model is needed (--draft)");
+  SessionModels<LM> models;
+  models.target = target.lm.get();
+  models.tokenizer = target.file.tokenizer.get();
+  if (draft != nullptr) {
+    models.draft = draft->lm.get();
+    models.draft_tokenizer = draft->file.tokenizer.get();
   }
+  with_session_type<LM>(setup.drafter, [&]<class Session>(std::type_identity<Session>) {
+    impl_->owned = make_session<Session>(setup, models);
+  });
 }
 
 template <class LM>
@@ -605,20 +528,26 @@ Decoder<LM>::~Decoder() = default;
 template <class LM>
 GenerationResult Decoder<LM>::generate(std::span<const token_t> prompt,
                                        const GenerationConfig& config, const Callbacks& callbacks) {
-  return impl_->visit([&](auto& d) { return d.generate(prompt, config, callbacks); });
+  return impl_->visit([&](auto& session) {
+    session.start(prompt, config, callbacks);
+    return session.run();
+  });
 }
 
 template <class LM>
 GenerationResult Decoder<LM>::continue_with(std::span<const token_t> tokens,
                                             const GenerationConfig& config,
                                             const Callbacks& callbacks) {
-  return impl_->visit([&](auto& d) { return d.continue_with(tokens, config, callbacks); });
+  return impl_->visit([&](auto& session) {
+    session.append(tokens, config, callbacks);
+    return session.run();
+  });
 }
 
 template <class LM>
 const std::vector<token_t>& Decoder<LM>::sequence() const {
   return impl_->visit(
-      [](auto& d) -> const std::vector<token_t>& { return d.session().sequence(); });
+      [](auto& session) -> const std::vector<token_t>& { return session.sequence(); });
 }
 
 template class Decoder<cpu::Transformer>;

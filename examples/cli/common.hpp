@@ -26,6 +26,7 @@
 #include "specdec/decoder/drafters.hpp"
 #include "specdec/decoder/generation.hpp"
 #include "specdec/decoder/session.hpp"
+#include "specdec/decoder/setup.hpp"
 #include "specdec/decoder/telemetry.hpp"
 #include "specdec/model/loader.hpp"
 #include "specdec/sampling/logprobs.hpp"
@@ -203,9 +204,6 @@ struct Model {
   }
 };
 
-/// A model on the CPU backend (specdec serve runs on it only).
-using CpuModel = Model<cpu::Transformer>;
-
 /// Memory-maps `path` (a .gguf file or a Hugging Face folder); no KV cache yet.
 LoadedModel open_model_file(const std::string& path, std::string_view role);
 template <class LM>
@@ -221,6 +219,22 @@ std::size_t context_positions(const LoadedModel& file, std::string_view role,
 /// The CPU backend's options of a model from the flags: threads (-t, or -td for the draft), KV
 /// cache type, context_positions().
 cpu::Options model_options(const LoadedModel& file, std::string_view role, const ModelFlags& flags);
+#if SPECDEC_CLI_CUDA
+/// The CUDA backend's options of a model from the flags: the context and the KV cache type.
+cuda::Options cuda_model_options(const LoadedModel& file, std::string_view role,
+                                 const ModelFlags& flags);
+#endif
+/// The options of a model on backend LM from the flags (model_options or cuda_model_options).
+inline cpu::Options backend_options(std::type_identity<cpu::Transformer>, const LoadedModel& file,
+                                    std::string_view role, const ModelFlags& flags) {
+  return model_options(file, role, flags);
+}
+#if SPECDEC_CLI_CUDA
+inline cuda::Options backend_options(std::type_identity<cuda::Transformer>, const LoadedModel& file,
+                                     std::string_view role, const ModelFlags& flags) {
+  return cuda_model_options(file, role, flags);
+}
+#endif
 
 /// Gives each model its backend model, with its options from the flags. On the CPU first checks
 /// that the KV caches fit in memory together (throws naming the sizes, the limit and -c) and
@@ -238,14 +252,6 @@ Model<LM> load_model_for(const std::string& path, std::string_view role, const M
   return m;
 }
 
-/// Refuses a draft whose tokenizer differs from the target's (vocabulary size, or any piece):
-/// speculative decoding compares the two models' probabilities token id by token id.
-void check_same_vocabulary(const LoadedModel& target, const LoadedModel& draft);
-template <class LM>
-void check_same_vocabulary(const Model<LM>& target, const Model<LM>& draft) {
-  check_same_vocabulary(target.file, draft.file);
-}
-
 /// Checks the penalties' token ids (-l/--logit-bias) against the target's vocabulary, before the
 /// models start; throws Error naming the flag.
 void check_penalties(const sampling::Penalties& penalties, const LoadedModel& target);
@@ -259,28 +265,7 @@ std::size_t model_threads(const LM&) {
 
 // ------------------------------------------------------------------------ decoding
 
-/// Which decoder a run uses.
-struct DecodeSetup {
-  /// none: target-only (the baseline); lookup_model: n-gram lookup, the draft model when it
-  /// finds nothing (LookupThenModelDrafter)
-  enum class Drafter { none, model, ngram, lookup_model };
-  Drafter drafter = Drafter::none;
-  std::size_t k = 4;          ///< draft length (fixed), or the largest with adaptive
-  bool adaptive = false;      ///< choose k per round from the running acceptance
-  std::size_t max_k = 8;      ///< adaptive: the largest k (default: AdaptiveDraftLength's)
-  std::size_t ngram = 3;      ///< n-gram drafter: longest suffix looked up
-  std::size_t ngram_min = 1;  ///< n-gram drafter: shortest suffix looked up
-  std::size_t draft_head =
-      0;  ///< the draft's head restricted to the first N ids (0: whole); a label
-  /// Adaptive k: C(k) for k = 0 .. max_k, measured (cost_model.hpp); empty: the guessed cost.
-  std::vector<double> round_cost{};
-  std::size_t draft_min = 0;  ///< proposals shorter than this are not verified (--draft-min)
-
-  [[nodiscard]] std::string label() const;  ///< "baseline", "draft model k=4", "n-gram adaptive k"
-  /// The decoder's options for this setup (k or adaptive k, --draft-min).
-  [[nodiscard]] SpeculativeOptions speculative_options() const;
-  [[nodiscard]] NGramDrafter::Options ngram_options() const;
-};
+// DecodeSetup: the library's (specdec/decoder/setup.hpp).
 
 /// The setup of generate, chat and serve from the flags they share (-md, --ngram, --baseline,
 /// -k/--draft-max, --adaptive, --draft-min); `command` names the command in errors. Without a

@@ -72,7 +72,7 @@ void demo_on(const DemoOptions& o, const std::filesystem::path& dir) {
     Model<LM>* const models[] = {&target, &draft};
     start_models<LM>(models, o.models);
   }
-  check_same_vocabulary(target, draft);
+  check_draft_compatible(target.file, draft.file);
   const std::uint64_t seed = o.seed.resolve();
 
   DecodeSetup spec;

@@ -155,7 +155,7 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
     if (draft) models.push_back(&*draft);
     start_models<LM>(models, o.models);
   }
-  if (draft) check_same_vocabulary(target, *draft);
+  if (draft) check_draft_compatible(target.file, draft->file);
   std::vector<ChatMessage> messages;
   std::vector<token_t> prompt;
   if (chat) {

@@ -216,13 +216,13 @@ const CLI::Validator kCacheType(
 
 }  // namespace
 
-cpu::KvType ModelFlags::kv_type() const {
+KvType ModelFlags::kv_type() const {
   if (cache_type_k != cache_type_v)
     throw UsageError(fmt::format(
         "--cache-type-k {} and --cache-type-v {} differ: specdec's KV cache stores keys and "
         "values in one type (give both the same)",
         cache_type_k, cache_type_v));
-  return cache_type_k == "f16" ? cpu::KvType::f16 : cpu::KvType::f32;
+  return cache_type_k == "f16" ? KvType::f16 : KvType::f32;
 }
 
 void add_model_flags(CLI::App& cmd, ModelFlags& f, bool draft) {

@@ -159,13 +159,13 @@ inline constexpr std::size_t kDefaultContext = 4096;
 
 /// Threads, context and KV cache type of the models a command loads.
 struct ModelFlags {
-  std::size_t threads = 0;                    ///< -t: 0 = one per physical core
-  std::optional<std::size_t> threads_draft;   ///< -td: default -t
-  std::optional<std::size_t> context;         ///< -c: 0 = the model's; default kDefaultContext cap
-  std::optional<std::size_t> context_draft;   ///< -cd: default -c
-  std::string cache_type_k = "f32";           ///< --cache-type-k / -ctk
-  std::string cache_type_v = "f32";           ///< --cache-type-v / -ctv
-  [[nodiscard]] cpu::KvType kv_type() const;  ///< throws when K and V differ
+  std::size_t threads = 0;                   ///< -t: 0 = one per physical core
+  std::optional<std::size_t> threads_draft;  ///< -td: default -t
+  std::optional<std::size_t> context;        ///< -c: 0 = the model's; default kDefaultContext cap
+  std::optional<std::size_t> context_draft;  ///< -cd: default -c
+  std::string cache_type_k = "f32";          ///< --cache-type-k / -ctk
+  std::string cache_type_v = "f32";          ///< --cache-type-v / -ctv
+  [[nodiscard]] KvType kv_type() const;      ///< throws when K and V differ
 };
 
 /// Adds -t, -c, --cache-type-k/-v and, with `draft`, -td and -cd.

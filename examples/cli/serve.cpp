@@ -37,10 +37,10 @@
 #include "commands.hpp"
 #include "common.hpp"
 #include "options.hpp"
-#include "serve/api.hpp"
-#include "serve/engine.hpp"
-#include "serve/metrics.hpp"
 #include "specdec/model/chat_template.hpp"
+#include "specdec/serve/api.hpp"
+#include "specdec/serve/engine.hpp"
+#include "specdec/serve/metrics.hpp"
 
 namespace specdec::cli {
 
@@ -58,6 +58,7 @@ struct ServeOptions : DecodeFlags {
   std::optional<std::string> alias;
   std::optional<std::string> chat_template;
   ModelFlags models;
+  BackendFlag backend;
   std::size_t http_threads = 0;
   bool verbose = false;
   bool no_batching = false;
@@ -72,6 +73,8 @@ struct Server {
   const Tokenizer* tokenizer = nullptr;
   std::size_t context_length = 0;
   std::size_t vocab_size = 0;  ///< the target's, for the token ids of logit_bias
+  /// The backend the slots run on: the CUDA backend's sampler has no penalties or logprobs.
+  Backend backend = Backend::cpu;
   std::optional<ChatTemplate> chat_template;
   std::string chat_template_error;  ///< why there is none, for the 400 of chat requests
   std::vector<token_t> end_of_turn_tokens;
@@ -156,6 +159,12 @@ GenerationConfig generation_config(const Server& s, const serve::CompletionReque
                                   : std::numeric_limits<std::size_t>::max();
   c.sampling = r.sampling;
   c.penalties = r.penalties;
+  if (s.backend == Backend::cuda && (c.penalties.active() || r.logprobs))
+    throw ApiError(400,
+                   "presence_penalty, frequency_penalty, logit_bias and logprobs are served on the "
+                   "CPU backend only (this server runs on CUDA: start it with --backend cpu)",
+                   c.penalties.active() ? "presence_penalty" : "logprobs",
+                   "unsupported_on_backend");
   try {
     sampling::validate(c.penalties, s.vocab_size);
   } catch (const Error& e) {
@@ -437,56 +446,27 @@ void watch_signals(Server& s, httplib::Server& http, const std::atomic<bool>& li
   if (drainer.joinable()) drainer.join();
 }
 
-void run_serve(const ServeOptions& o) {
-  const DecodeSetup setup = decode_setup_of(o, "serve");
-  if (o.parallel == 0) throw UsageError("serve: --parallel must be at least 1");
-  (void)o.models.kv_type();
+/// Refuses slots whose KV caches do not fit together on the CPU, before allocating any.
+void check_slots_memory(const LoadedModel& target, const cpu::Options& target_options,
+                        const LoadedModel* draft, const cpu::Options& draft_options,
+                        std::size_t slots) {
+  const auto bytes = [](const LoadedModel& m, const cpu::Options& o) {
+    return cpu::Transformer::estimate_memory(m.config, o).total();
+  };
+  const std::size_t per_slot =
+      bytes(target, target_options) + (draft ? bytes(*draft, draft_options) : 0);
+  const std::size_t total = per_slot * slots;
+  if (const auto available = cpu::available_memory(); available && total > available->bytes)
+    throw Error(fmt::format(
+        "{} slots need {} of KV cache ({} each: target {} positions{}) but {} allows {}: give "
+        "fewer slots (--parallel) or a shorter context (-c N)",
+        slots, cpu::format_bytes(total), cpu::format_bytes(per_slot), target_options.context_length,
+        draft ? fmt::format(", draft {} positions", draft_options.context_length) : "",
+        available->limit, cpu::format_bytes(available->bytes)));
+}
 
-  // Signals: blocked from here on in this thread and every thread it starts (the engine's, the
-  // CPU backend's pool, httplib's); watch_signals() takes them with sigtimedwait.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a client that hung up is a failed write, not the end of us
-
-  Server s;
-  s.setup = setup;
-  s.slots = o.parallel;
-  s.target_path = o.target;
-  CpuModel target = open_model<cpu::Transformer>(o.target, "target");
-  std::optional<CpuModel> draft;
-  if (setup.drafter == DecodeSetup::Drafter::model) {
-    draft = open_model<cpu::Transformer>(*o.draft, "draft");
-    s.draft_path = *o.draft;
-    check_same_vocabulary(target, *draft);
-  }
-  s.tokenizer = &target.tokenizer();
-  s.model_name = o.alias ? *o.alias : std::filesystem::path(o.target).stem().string();
-  try {
-    s.chat_template = ChatTemplate::for_model(target.file, o.chat_template);
-    s.end_of_turn_tokens = end_of_turn_tokens(*s.chat_template, *s.tokenizer);
-  } catch (const Error& e) {
-    if (o.chat_template) throw UsageError(fmt::format("--chat-template: {}", e.what()));
-    s.chat_template_error = fmt::format(
-        "this server has no chat template: {} (start it with --chat-template NAME)", e.what());
-    warn(fmt::format("/v1/chat/completions is off: {}", e.what()));
-  }
-
-  serve::ServedModels models;
-  models.target = &target;
-  models.draft = draft ? &*draft : nullptr;
-  models.target_options = model_options(target.file, target.role, o.models);
-  if (draft) models.draft_options = model_options(draft->file, draft->role, o.models);
-  s.context_length = models.target_options.context_length;
-  s.vocab_size = target.file.config.vocab_size;
-  s.metrics = std::make_unique<serve::Metrics>(o.parallel, o.queue);
-  {
-    Progress progress;
-    progress.update(fmt::format("starting {} slots ...", o.parallel));
-    s.engine = serve::make_engine(models, setup, {o.parallel, o.queue, !o.no_batching}, *s.metrics);
-  }
+/// Listens until SIGINT / SIGTERM, then stops the engine.
+void listen_and_serve(const ServeOptions& o, Server& s) {
   s.created = static_cast<std::int64_t>(std::time(nullptr));
 
   httplib::Server http;
@@ -511,8 +491,9 @@ void run_serve(const ServeOptions& o) {
   } else if (!http.bind_to_port(o.host, port)) {
     throw Error(fmt::format("serve: cannot listen on {}:{} (is the port in use?)", o.host, port));
   }
-  fmt::print(stderr, "specdec serve: {} ({}), {} slots, listening on http://{}:{}\n", s.model_name,
-             setup.label(), o.parallel, o.host, port);
+  fmt::print(stderr,
+             "specdec serve: {} ({}), {} slots on the {} backend, listening on http://{}:{}\n",
+             s.model_name, s.setup.label(), o.parallel, backend_name(s.backend), o.host, port);
   std::fflush(stderr);
 
   std::atomic<bool> listen_returned{false};
@@ -524,6 +505,83 @@ void run_serve(const ServeOptions& o) {
   s.engine->join();
   if (!ok && !s.draining.load()) throw Error("serve: the HTTP server stopped unexpectedly");
   fmt::print(stderr, "specdec serve: stopped\n");
+}
+
+/// The models on backend LM (loaded once; each slot makes its own target and draft model over
+/// them), the chat template, the engine; then listen(). The models outlive the engine.
+template <class LM>
+void serve_on(const ServeOptions& o, Server& s) {
+  Model<LM> target = open_model<LM>(o.target, "target");
+  std::optional<Model<LM>> draft;
+  if (s.setup.uses_draft_model()) {
+    draft = open_model<LM>(*o.draft, "draft");
+    s.draft_path = *o.draft;
+    check_draft_compatible(target.file, draft->file);
+  }
+  s.tokenizer = &target.tokenizer();
+  s.model_name = o.alias ? *o.alias : std::filesystem::path(o.target).stem().string();
+  try {
+    s.chat_template = ChatTemplate::for_model(target.file, o.chat_template);
+    s.end_of_turn_tokens = end_of_turn_tokens(*s.chat_template, *s.tokenizer);
+  } catch (const Error& e) {
+    if (o.chat_template) throw UsageError(fmt::format("--chat-template: {}", e.what()));
+    s.chat_template_error = fmt::format(
+        "this server has no chat template: {} (start it with --chat-template NAME)", e.what());
+    warn(fmt::format("/v1/chat/completions is off: {}", e.what()));
+  }
+
+  const auto target_options =
+      backend_options(std::type_identity<LM>{}, target.file, target.role, o.models);
+  const auto draft_options =
+      draft ? backend_options(std::type_identity<LM>{}, draft->file, draft->role, o.models)
+            : decltype(target_options){};
+  if constexpr (std::is_same_v<LM, cpu::Transformer>)
+    check_slots_memory(target.file, target_options, draft ? &draft->file : nullptr, draft_options,
+                       o.parallel);
+  serve::SlotModels<LM> models;
+  models.make_target = [&file = target.file, target_options] {
+    return std::make_unique<LM>(file, target_options);
+  };
+  if (draft)
+    models.make_draft = [&file = draft->file, draft_options] {
+      return std::make_unique<LM>(file, draft_options);
+    };
+  models.tokenizer = s.tokenizer;
+  models.draft_tokenizer = draft ? draft->file.tokenizer.get() : nullptr;
+  s.context_length = target_options.context_length;
+  s.vocab_size = target.file.config.vocab_size;
+  s.metrics = std::make_unique<serve::Metrics>(o.parallel, o.queue);
+  {
+    Progress progress;
+    progress.update(fmt::format("starting {} slots on the {} backend ...", o.parallel,
+                                backend_name(s.backend)));
+    s.engine =
+        serve::make_engine(models, s.setup, {o.parallel, o.queue, !o.no_batching}, *s.metrics);
+  }
+  listen_and_serve(o, s);
+  s.engine.reset();  // before the models it reads
+}
+
+void run_serve(const ServeOptions& o) {
+  const DecodeSetup setup = decode_setup_of(o, "serve");
+  if (o.parallel == 0) throw UsageError("serve: --parallel must be at least 1");
+  (void)o.models.kv_type();
+
+  // Signals: blocked from here on in this thread and every thread it starts (the engine's, the
+  // CPU backend's pool, httplib's); watch_signals() takes them with sigtimedwait.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that hung up is a failed write, not the end of us
+
+  Server s;
+  s.setup = setup;
+  s.slots = o.parallel;
+  s.target_path = o.target;
+  s.backend = o.backend.resolve();
+  on_backend(s.backend, [&]<class LM>(std::type_identity<LM>) { serve_on<LM>(o, s); });
 }
 
 }  // namespace
@@ -554,6 +612,7 @@ void add_serve(CLI::App& app) {
                   "chat template family for /v1/chat/completions (default: the model's own): "
                   "chatml, llama3, llama3.1, llama2, mistral, gemma, phi3, zephyr");
   add_model_flags(*cmd, o->models, true);
+  add_backend_flag(*cmd, o->backend);
   cmd->add_option("--threads-http", o->http_threads,
                   "HTTP threads (default: --parallel + --queue + 8)")
       ->check(CLI::Range(std::size_t{0}, std::size_t{4096}));

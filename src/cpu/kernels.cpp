@@ -1,5 +1,6 @@
-// CPU feature detection, activation packing, dispatch to the per-Isa kernels, and the portable
-// kernels that define the reduction orders (the SIMD kernels reproduce them bit for bit).
+// CPU features (from specdec/host_cpu.hpp), activation packing, dispatch to the per-Isa
+// kernels, and the portable kernels that define the reduction orders (the SIMD kernels reproduce
+// them bit for bit).
 #include "specdec/cpu/kernels.hpp"
 
 #include <fmt/format.h>
@@ -18,13 +19,10 @@
 #include <utility>
 
 #include "kernels_impl.hpp"
+#include "specdec/host_cpu.hpp"
 #include "specdec/model/float16.hpp"
 #include "specdec/model/quants.hpp"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#define SPECDEC_X86 1
-#endif
 #if defined(__linux__)
 #include <sched.h>
 #endif
@@ -39,42 +37,17 @@ using detail::q8_block_elems;
 
 namespace {
 
-#if SPECDEC_X86
-std::uint64_t read_xcr0() {
-  std::uint32_t eax = 0, edx = 0;
-  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
-  return (static_cast<std::uint64_t>(edx) << 32) | eax;
-}
-#endif
-
+/// The host's features (specdec/host_cpu.hpp, shared with the sampling core), AMX only once
+/// Linux granted this process tile data.
 CpuFeatures detect_features() {
+  const HostCpu& h = host_cpu();
   CpuFeatures f;
-#if SPECDEC_X86
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
-  const bool osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1,
-             avx = (c >> 28) & 1;
-  if (!osxsave || !avx) return f;
-  const std::uint64_t xcr0 = read_xcr0();
-  const bool ymm_state = (xcr0 & 0x6) == 0x6;
-  const bool zmm_state = (xcr0 & 0xe6) == 0xe6;
-  const bool tile_state = (xcr0 & 0x60000) == 0x60000;
-  unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0;
-  __get_cpuid_count(7, 0, &a7, &b7, &c7, &d7);
-  unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
-  __get_cpuid_count(7, 1, &a71, &b71, &c71, &d71);
-  const bool avx2 = (b7 >> 5) & 1;
-  f.avx2 = ymm_state && avx2 && fma && f16c;
-  f.avx_vnni = f.avx2 && ((a71 >> 4) & 1);
-  const bool avx512f = (b7 >> 16) & 1, avx512dq = (b7 >> 17) & 1, avx512bw = (b7 >> 30) & 1,
-             avx512vl = (b7 >> 31) & 1;
-  f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl;
-  f.avx512_vnni = f.avx512 && ((c7 >> 11) & 1);
-  f.avx512_bf16 = f.avx512 && ((a71 >> 5) & 1);
-  const bool amx_bf16 = (d7 >> 22) & 1, amx_tile = (d7 >> 24) & 1, amx_int8 = (d7 >> 25) & 1;
-  f.amx = f.avx512 && tile_state && amx_bf16 && amx_tile && amx_int8 &&
-          detail::amx_request_permission();
-#endif
+  f.avx2 = h.avx2;
+  f.avx_vnni = h.avx_vnni;
+  f.avx512 = h.avx512;
+  f.avx512_vnni = h.avx512_vnni;
+  f.avx512_bf16 = h.avx512_bf16;
+  f.amx = h.amx_tiles && detail::amx_request_permission();
   return f;
 }
 

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "specdec/cephes_exp.hpp"
 #include "specdec/cpu/kernel_args.hpp"
 
 namespace specdec::cpu::detail {
@@ -223,20 +224,20 @@ float sum_squares_avx512(const float* x, std::size_t count);
 void f32_to_f16_row_portable(const float* in, std::uint16_t* out, std::size_t count);
 void f32_to_f16_row_avx2(const float* in, std::uint16_t* out, std::size_t count);
 
-// ---- exp: the constants every implementation shares (Cephes expf polynomial) ----------------
+// ---- exp: Cephes' expf, its constants in specdec/cephes_exp.hpp (shared with the sampling core)
 // exp(x) = 2^n * p(r), n = round(x / ln2), r = x - n * ln2 (in two steps), p a degree-7 polynomial.
 // Inputs above exp_max_x are clamped to it (the result saturates at exp(88) ~ 1.65e38, never inf);
 // below exp_min_x the result is 0 (the true value is below 1.7e-38).
-inline constexpr float exp_log2e = 1.44269504088896341f;
-inline constexpr float exp_ln2_hi = 0.693359375f;
-inline constexpr float exp_ln2_lo = -2.12194440e-4f;
-inline constexpr float exp_round_magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-inline constexpr float exp_p0 = 1.9875691500e-4f;
-inline constexpr float exp_p1 = 1.3981999507e-3f;
-inline constexpr float exp_p2 = 8.3334519073e-3f;
-inline constexpr float exp_p3 = 4.1665795894e-2f;
-inline constexpr float exp_p4 = 1.6666665459e-1f;
-inline constexpr float exp_p5 = 5.0000001201e-1f;
+inline constexpr float exp_log2e = cephes_exp::log2e;
+inline constexpr float exp_ln2_hi = cephes_exp::ln2_hi;
+inline constexpr float exp_ln2_lo = cephes_exp::ln2_lo;
+inline constexpr float exp_round_magic = cephes_exp::round_magic;
+inline constexpr float exp_p0 = cephes_exp::p0;
+inline constexpr float exp_p1 = cephes_exp::p1;
+inline constexpr float exp_p2 = cephes_exp::p2;
+inline constexpr float exp_p3 = cephes_exp::p3;
+inline constexpr float exp_p4 = cephes_exp::p4;
+inline constexpr float exp_p5 = cephes_exp::p5;
 inline constexpr float exp_max_x = 88.0f;   // n <= 127 and 2^n * p(r) stays finite
 inline constexpr float exp_min_x = -87.0f;  // n >= -126 with r > 0: 2^n * p(r) stays normal
 

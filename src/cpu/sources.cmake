@@ -12,7 +12,7 @@ list(APPEND SOURCES
   cpu/thread_pool.cpp
   cpu/transformer.cpp)
 list(APPEND PUBLIC_LIBS specdec_model)
-list(APPEND PRIVATE_LIBS fmt::fmt Eigen3::Eigen Threads::Threads)
+list(APPEND PRIVATE_LIBS fmt::fmt Threads::Threads)
 
 # Every kernel reproduces a documented reduction order bit for bit, so the compiler must not fuse
 # a * b + c on its own (GCC does in GNU mode). The per-instruction-set files get their -m flags

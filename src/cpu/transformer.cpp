@@ -34,6 +34,7 @@
 
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/cpu/thread_pool.hpp"
+#include "specdec/model/llama_schema.hpp"
 #include "specdec/model/rope.hpp"
 
 namespace specdec::cpu {
@@ -44,16 +45,13 @@ namespace {
 /// this size (which changes nothing in the results, only the size of the activation buffers).
 constexpr std::size_t max_step_tokens = 256;
 
-/// A weight matrix; `multiplied` when matmul() reads it (the embedding table is only looked up,
-/// which works for every type).
-MatrixRef load_matrix(const WeightStore& weights, const std::string& name, std::size_t rows,
-                      std::size_t cols, bool multiplied = true) {
-  const Tensor& t = weights.get(name);
-  if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
-    throw Error(fmt::format("tensor {}: shape [{}], expected [{}, {}]", name,
-                            fmt::join(t.shape, ", "), rows, cols));
+/// A weight matrix, bound through the schema (name and shape); `multiplied` when matmul() reads
+/// it (the embedding table is only looked up, which works for every type).
+MatrixRef load_matrix(const WeightStore& weights, const ModelConfig& config, LlamaTensor id,
+                      std::size_t layer = 0, bool multiplied = true) {
+  const Tensor& t = llama_weight(weights, config, id, layer);
   if (multiplied && !has_matmul_kernel(t.dtype))
-    throw Error(fmt::format("tensor {} is {}, which the CPU backend cannot multiply yet", name,
+    throw Error(fmt::format("tensor {} is {}, which the CPU backend cannot multiply yet", t.name,
                             dtype_name(t.dtype)));
   return MatrixRef::of(t);
 }
@@ -96,7 +94,7 @@ MemoryEstimate Transformer::estimate_memory(const ModelConfig& c, const Options&
   MemoryEstimate e;
   e.context_length = options.context_length != 0 ? options.context_length : c.context_length;
   e.threads = options.threads != 0 ? options.threads : physical_cores();
-  const std::size_t element = options.kv_type == KvType::f16 ? 2 : 4;
+  const std::size_t element = kv_type_bytes(options.kv_type);
   std::size_t kv = checked_mul(c.n_layers, 2 * c.n_kv_heads, "KV cache size");
   kv = checked_mul(kv, e.context_length, "KV cache size");
   kv = checked_mul(kv, c.head_dim, "KV cache size");
@@ -227,9 +225,8 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
         "2 x {} KV heads x {} positions x head dim {} x {} bytes; attention scratch {}) but {} "
         "allows {}: set a shorter context (Options::context_length){}",
         need.context_length, format_bytes(need.total()), format_bytes(need.kv_cache_bytes),
-        c.n_layers, c.n_kv_heads, need.context_length, c.head_dim,
-        options.kv_type == KvType::f16 ? 2 : 4, format_bytes(need.scratch_bytes), available->limit,
-        format_bytes(available->bytes),
+        c.n_layers, c.n_kv_heads, need.context_length, c.head_dim, kv_type_bytes(options.kv_type),
+        format_bytes(need.scratch_bytes), available->limit, format_bytes(available->bytes),
         options.kv_type == KvType::f16 ? "" : " or an f16 KV cache (Options::kv_type)"));
 
   State& s = *state_;
@@ -237,10 +234,11 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   s.pool = ThreadPool::shared(options.threads != 0 ? options.threads : physical_cores());
   s.adaptive_threads = options.adaptive_threads;
 
-  const bool tied = c.tied_embeddings || w.find("output.weight") == nullptr;
-  s.embed = load_matrix(w, "token_embd.weight", c.vocab_size, c.dim, tied);
-  s.output = tied ? s.embed : load_matrix(w, "output.weight", c.vocab_size, c.dim);
-  s.output_norm = load_f32_vector(w, "output_norm.weight", c.dim);
+  using enum LlamaTensor;
+  const bool tied = !is_present(output, c);
+  s.embed = load_matrix(w, c, token_embd, 0, /*multiplied=*/tied);
+  s.output = tied ? s.embed : load_matrix(w, c, output);
+  s.output_norm = llama_vector(w, c, output_norm);
   if (!options.head_tokens.empty()) {
     const std::vector<token_t>& ids = options.head_tokens;
     for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -268,24 +266,23 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   s.layers.resize(c.n_layers);
   for (std::size_t i = 0; i < c.n_layers; ++i) {
     LayerWeights& l = s.layers[i];
-    const std::string p = fmt::format("blk.{}.", i);
-    l.q = load_matrix(w, p + "attn_q.weight", c.q_dim(), c.dim);
-    l.k = load_matrix(w, p + "attn_k.weight", c.kv_dim(), c.dim);
-    l.v = load_matrix(w, p + "attn_v.weight", c.kv_dim(), c.dim);
-    l.o = load_matrix(w, p + "attn_output.weight", c.dim, c.q_dim());
-    l.gate = load_matrix(w, p + "ffn_gate.weight", c.ffn_dim, c.dim);
-    l.up = load_matrix(w, p + "ffn_up.weight", c.ffn_dim, c.dim);
-    l.down = load_matrix(w, p + "ffn_down.weight", c.dim, c.ffn_dim);
-    l.attn_norm = load_f32_vector(w, p + "attn_norm.weight", c.dim);
-    l.ffn_norm = load_f32_vector(w, p + "ffn_norm.weight", c.dim);
-    if (c.qkv_bias) {
-      l.q_bias = load_f32_vector(w, p + "attn_q.bias", c.q_dim());
-      l.k_bias = load_f32_vector(w, p + "attn_k.bias", c.kv_dim());
-      l.v_bias = load_f32_vector(w, p + "attn_v.bias", c.kv_dim());
+    l.q = load_matrix(w, c, attn_q, i);
+    l.k = load_matrix(w, c, attn_k, i);
+    l.v = load_matrix(w, c, attn_v, i);
+    l.o = load_matrix(w, c, attn_output, i);
+    l.gate = load_matrix(w, c, ffn_gate, i);
+    l.up = load_matrix(w, c, ffn_up, i);
+    l.down = load_matrix(w, c, ffn_down, i);
+    l.attn_norm = llama_vector(w, c, attn_norm, i);
+    l.ffn_norm = llama_vector(w, c, ffn_norm, i);
+    if (is_present(attn_q_bias, c)) {
+      l.q_bias = llama_vector(w, c, attn_q_bias, i);
+      l.k_bias = llama_vector(w, c, attn_k_bias, i);
+      l.v_bias = llama_vector(w, c, attn_v_bias, i);
     }
-    if (c.qk_norm) {
-      l.q_norm = load_f32_vector(w, p + "attn_q_norm.weight", c.head_dim);
-      l.k_norm = load_f32_vector(w, p + "attn_k_norm.weight", c.head_dim);
+    if (is_present(attn_q_norm, c)) {
+      l.q_norm = llama_vector(w, c, attn_q_norm, i);
+      l.k_norm = llama_vector(w, c, attn_k_norm, i);
     }
   }
   s.inv_freq = rope_inv_freq(c, w);
@@ -332,7 +329,7 @@ Transformer::ThreadingStats Transformer::threading_stats() const noexcept {
 
 std::size_t Transformer::kv_cache_bytes() const noexcept {
   const std::size_t elements = config_.n_layers * state_->layer_stride;
-  return elements * (options_.kv_type == KvType::f16 ? 2 : 4);
+  return elements * kv_type_bytes(options_.kv_type);
 }
 
 void Transformer::rollback(std::size_t n) {

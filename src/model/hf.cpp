@@ -2,7 +2,6 @@
 // GGUF names, tokenizer.json / tokenizer.model into a tokenizer. See specdec/model/hf.hpp.
 #include "specdec/model/hf.hpp"
 
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -14,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "specdec/model/llama_schema.hpp"
 #include "specdec/model/safetensors.hpp"
 
 namespace specdec {
@@ -255,39 +255,9 @@ ModelConfig parse_hf_config(std::string_view json_text, const std::string& name)
 }
 
 std::optional<std::string> hf_to_gguf_tensor_name(std::string_view hf) {
-  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
-  if (hf == "model.norm.weight") return "output_norm.weight";
-  if (hf == "lm_head.weight") return "output.weight";
-  constexpr std::string_view kLayers = "model.layers.";
-  if (!hf.starts_with(kLayers)) return std::nullopt;
-  hf.remove_prefix(kLayers.size());
-  unsigned layer = 0;
-  const auto [end, ec] = std::from_chars(hf.data(), hf.data() + hf.size(), layer);
-  const std::size_t digits = static_cast<std::size_t>(end - hf.data());
-  // Canonical decimal only ("01" would alias "1").
-  if (ec != std::errc{} || digits == 0 || (digits > 1 && hf.front() == '0') ||
-      digits >= hf.size() || hf[digits] != '.')
-    return std::nullopt;
-  const std::string_view suffix = hf.substr(digits + 1);
-  static constexpr std::pair<std::string_view, std::string_view> kSuffixes[] = {
-      {"input_layernorm.weight", "attn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},
-      {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},
-      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-      {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"},
-  };
-  for (const auto& [from, to] : kSuffixes)
-    if (suffix == from) return fmt::format("blk.{}.{}", layer, to);
-  return std::nullopt;
+  const auto named = parse_hf_tensor_name(hf);
+  if (!named) return std::nullopt;
+  return gguf_tensor_name(named->spec->id, named->layer);
 }
 
 namespace {

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -14,6 +13,7 @@
 
 #include "specdec/model/gguf.hpp"
 #include "specdec/model/hf.hpp"
+#include "specdec/model/llama_schema.hpp"
 
 namespace specdec {
 
@@ -28,26 +28,12 @@ std::string shape_string(const std::vector<std::uint64_t>& shape) {
 /// Anything else would be silently ignored by the backends (an unsupported bias, a layer beyond
 /// block_count, ...): refuse it.
 void refuse_unexpected_tensors(const ModelConfig& c, const WeightStore& weights) {
-  const auto is_expected = [&](const std::string& name) {
-    if (name == "token_embd.weight" || name == "output_norm.weight") return true;
-    if (name == "output.weight") return !c.tied_embeddings;
-    if (name == "rope_freqs.weight") return c.rope_freq_factors;
-    unsigned layer = 0;
-    char suffix[32] = {};
-    if (std::sscanf(name.c_str(), "blk.%u.%31s", &layer, suffix) != 2 || layer >= c.n_layers ||
-        name != fmt::format("blk.{}.{}", layer, suffix))
-      return false;
-    const std::string_view s = suffix;
-    if (s == "attn_q.bias" || s == "attn_k.bias" || s == "attn_v.bias") return c.qkv_bias;
-    if (s == "attn_q_norm.weight" || s == "attn_k_norm.weight") return c.qk_norm;
-    return s == "attn_norm.weight" || s == "attn_q.weight" || s == "attn_k.weight" ||
-           s == "attn_v.weight" || s == "attn_output.weight" || s == "ffn_norm.weight" ||
-           s == "ffn_gate.weight" || s == "ffn_up.weight" || s == "ffn_down.weight";
-  };
-  for (const auto& [name, t] : weights.tensors())
-    if (!is_expected(name))
+  for (const auto& [name, t] : weights.tensors()) {
+    const auto named = parse_gguf_tensor_name(name);
+    if (!named || !is_present(*named->spec, c) || named->layer >= c.n_layers)
       throw Error(fmt::format("unexpected tensor '{}' (shape {}) for this {} config", name,
                               shape_string(t.shape), c.architecture));
+  }
 }
 
 /// A quantised block whose float16 scale is Inf or NaN makes all its weights Inf or NaN: the
@@ -76,52 +62,40 @@ void check_finite_scales(const WeightStore& weights) {
 void validate_model_weights(const ModelConfig& c, const WeightStore& weights) {
   // Every tensor this config implies, with its shape (outermost first), checked as it is named so
   // that a file contradicting a huge config fails at the first absent tensor.
-  const std::uint64_t vocab = c.vocab_size, dim = c.dim, ffn = c.ffn_dim, q_dim = c.q_dim(),
-                      kv_dim = c.kv_dim();
   std::size_t expected_count = 0;
-  auto expect = [&](const std::string& name, std::vector<std::uint64_t> shape,
-                    bool float_only = false) {
+  auto expect = [&](const LlamaTensorSpec& spec, std::size_t layer) {
     ++expected_count;
+    const std::string name = gguf_tensor_name(spec.id, layer);
     const Tensor* t = weights.find(name);
     if (t == nullptr) throw Error(fmt::format("missing tensor '{}'", name));
-    if (t->shape != shape)
+    if (const auto shape = expected_shape(spec, c); t->shape != shape)
       throw Error(fmt::format("tensor '{}' has shape {}, but the config implies {}", name,
                               shape_string(t->shape), shape_string(shape)));
     // Norms, biases and rope factors are read as plain vectors, never quantised.
-    if (float_only && !is_float_dtype(t->dtype))
+    if (!spec.is_matrix() && !is_float_dtype(t->dtype))
       throw Error(
           fmt::format("tensor '{}' is {}; norms, biases and rope factors must be F32, F16 or BF16",
                       name, dtype_name(t->dtype)));
   };
-  expect("token_embd.weight", {vocab, dim});
-  expect("output_norm.weight", {dim}, true);
-  if (!c.tied_embeddings) expect("output.weight", {vocab, dim});
-  if (c.rope_freq_factors) expect("rope_freqs.weight", {c.head_dim / 2}, true);
-  for (std::size_t i = 0; i < c.n_layers; ++i) {
-    const std::string blk = fmt::format("blk.{}.", i);
-    expect(blk + "attn_norm.weight", {dim}, true);
-    expect(blk + "attn_q.weight", {q_dim, dim});
-    expect(blk + "attn_k.weight", {kv_dim, dim});
-    expect(blk + "attn_v.weight", {kv_dim, dim});
-    expect(blk + "attn_output.weight", {dim, q_dim});
-    expect(blk + "ffn_norm.weight", {dim}, true);
-    expect(blk + "ffn_gate.weight", {ffn, dim});
-    expect(blk + "ffn_up.weight", {ffn, dim});
-    expect(blk + "ffn_down.weight", {dim, ffn});
-    if (c.qkv_bias) {
-      expect(blk + "attn_q.bias", {q_dim}, true);
-      expect(blk + "attn_k.bias", {kv_dim}, true);
-      expect(blk + "attn_v.bias", {kv_dim}, true);
-    }
-    if (c.qk_norm) {
-      expect(blk + "attn_q_norm.weight", {c.head_dim}, true);
-      expect(blk + "attn_k_norm.weight", {c.head_dim}, true);
-    }
-  }
+  for (const LlamaTensorSpec& spec : kLlamaTensors)
+    if (!spec.per_layer && is_present(spec, c)) expect(spec, 0);
+  for (std::size_t i = 0; i < c.n_layers; ++i)
+    for (const LlamaTensorSpec& spec : kLlamaTensors)
+      if (spec.per_layer && is_present(spec, c)) expect(spec, i);
   // Names are unique and all expected ones are present, so there is an extra tensor exactly
   // when the counts differ.
   if (weights.tensors().size() != expected_count) refuse_unexpected_tensors(c, weights);
   check_finite_scales(weights);
+}
+
+void check_draft_compatible(const LoadedModel& target, const LoadedModel& draft) {
+  if (draft.config.vocab_size != target.config.vocab_size)
+    throw Error(fmt::format(
+        "the draft {} has a vocabulary of {} tokens but the target {} has {}: the pair must share "
+        "one tokenizer",
+        draft.source, draft.config.vocab_size, target.source, target.config.vocab_size));
+  if (draft.tokenizer && target.tokenizer)
+    check_same_vocabulary(*target.tokenizer, *draft.tokenizer);
 }
 
 LoadedModel load_model(const std::string& path) {

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "specdec/model/llama_schema.hpp"
+
 namespace specdec {
 
 namespace {
@@ -29,21 +31,11 @@ bool same_name(std::string_view a, std::string_view b) {
          });
 }
 
-/// The roles llama.cpp's recipe tells apart (tensor_get_category), for the tensors of the
-/// architectures specdec loads.
-enum class Role { output, token_embd, attn_v, attn_k, attn_q, attn_output, ffn_down, other };
-
-Role role_of(std::string_view name) {
-  const auto has = [&](std::string_view part) { return name.find(part) != std::string_view::npos; };
-  if (name == "output.weight") return Role::output;
-  if (name == "token_embd.weight") return Role::token_embd;
-  // llama.cpp groups the fused attn_qkv with attn_v; specdec's architectures have no fused qkv.
-  if (has("attn_v.weight")) return Role::attn_v;
-  if (has("attn_k.weight")) return Role::attn_k;
-  if (has("attn_q.weight")) return Role::attn_q;
-  if (has("attn_output.weight")) return Role::attn_output;
-  if (has("ffn_down")) return Role::ffn_down;
-  return Role::other;  // ffn_gate, ffn_up: no rule for the presets here
+/// The recipe's category of a tensor (llama.cpp's tensor_get_category), from the schema; tensors
+/// outside it (other architectures' files given to convert) have no rule of their own.
+QuantRole role_of(std::string_view name) {
+  const auto named = parse_gguf_tensor_name(name);
+  return named ? named->spec->quant_role : QuantRole::other;
 }
 
 /// Whether llama-quantize converts the tensor at all (tensor_allows_quantization): matrices
@@ -95,18 +87,18 @@ DType fallback(DType t, std::uint64_t row_length) {
 /// llama_tensor_get_type_impl for the presets of kPresets.
 DType mix_rule(const QuantPreset& p, const MixModel& m, const MixTensor& t) {
   const std::string_view preset = p.name;
-  const Role role = role_of(t.name);
+  const QuantRole role = role_of(t.name);
   const int i = t.index >= 0 ? t.index : tensor_layer(t.name);
   const int n = static_cast<int>(m.layers);
   const std::uint32_t gqa = m.kv_heads == 0 ? 1 : m.heads / m.kv_heads;
   DType type = p.base;
-  if (role == Role::output || (role == Role::token_embd && !m.has_output)) {
+  if (role == QuantRole::output || (role == QuantRole::token_embd && !m.has_output)) {
     // The output projection is the most sensitive matrix: Q6_K unless the preset is Q8_0.
     if (t.row_length % dtype_block_elems(type) != 0)
       type = DType::q8_0;
     else if (type != DType::q8_0)
       type = DType::q6_k;
-  } else if (role == Role::attn_v) {
+  } else if (role == QuantRole::attn_v) {
     if (preset == "Q2_K")
       type = gqa >= 4 ? DType::q4_k : DType::q3_k;
     else if (preset == "Q3_K_M")
@@ -119,7 +111,7 @@ DType mix_rule(const QuantPreset& p, const MixModel& m, const MixTensor& t) {
       type = DType::q5_k;
     // 70B models share each attn_v among 8 heads: it is small, so give it more bits.
     if (is_70b(m) && (type == DType::q3_k || type == DType::q4_k)) type = DType::q5_k;
-  } else if (role == Role::ffn_down) {
+  } else if (role == QuantRole::ffn_down) {
     if (preset == "Q2_K")
       type = DType::q3_k;
     else if (preset == "Q3_K_M")
@@ -132,7 +124,7 @@ DType mix_rule(const QuantPreset& p, const MixModel& m, const MixTensor& t) {
       type = DType::q6_k;
     else if (preset == "Q4_K_S" && i < n / 8)
       type = DType::q5_k;
-  } else if (role == Role::attn_output) {
+  } else if (role == QuantRole::attn_output) {
     if (preset == "Q2_K")
       type = DType::q3_k;
     else if (preset == "Q3_K_M")

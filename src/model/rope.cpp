@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "specdec/model/dtype.hpp"
+#include "specdec/model/llama_schema.hpp"
 
 namespace specdec {
 
@@ -49,7 +50,7 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, const WeightStore& weight
     }
   }
   if (c.rope_freq_factors) {
-    const std::vector<float> factors = load_f32_vector(weights, "rope_freqs.weight", half);
+    const std::vector<float> factors = llama_vector(weights, c, LlamaTensor::rope_freqs);
     for (std::size_t i = 0; i < half; ++i) inv[i] /= factors[i];
   }
   return inv;

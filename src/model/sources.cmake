@@ -1,6 +1,7 @@
 # Sources of specdec_model (paths relative to src/).
 list(APPEND SOURCES
   model/config.cpp
+  model/llama_schema.cpp  # the table of a Llama-family model's tensors
   model/dtype.cpp    # the table of weight types
   model/quants.cpp   # dequantisers and quantisers of every weight type
   model/quant_mix.cpp  # llama.cpp's presets: the type of each tensor under Q4_K_M, ...

@@ -25,6 +25,22 @@ std::shared_ptr<const Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
                                  spec.model));
 }
 
+void check_same_vocabulary(const Tokenizer& target, const Tokenizer& draft) {
+  if (draft.vocab_size() != target.vocab_size())
+    throw Error(
+        fmt::format("the draft's tokenizer has {} tokens but the target's has {}: the pair "
+                    "must share one tokenizer",
+                    draft.vocab_size(), target.vocab_size()));
+  for (std::size_t i = 0; i < target.vocab_size(); ++i) {
+    const auto id = static_cast<token_t>(i);
+    if (target.token_piece(id) != draft.token_piece(id))
+      throw Error(fmt::format(
+          "the draft's and the target's tokenizers differ at token {} ('{}' vs '{}'): the pair "
+          "must share one tokenizer",
+          i, draft.token_piece(id), target.token_piece(id)));
+  }
+}
+
 namespace detail {
 
 void PrefixTrie::insert(std::string_view key, token_t value) {

@@ -46,7 +46,7 @@ TEST_CASE("forward_batch gives every sequence bitwise the logits of its own forw
       // Three sequences with different prompts (so different positions), one with an f16 cache.
       const std::vector<std::vector<token_t>> prompts = {
           random_tokens(9, vocab, 1), random_tokens(3, vocab, 2), random_tokens(17, vocab, 3)};
-      const cpu::KvType kv_types[] = {cpu::KvType::f32, cpu::KvType::f16, cpu::KvType::f32};
+      const KvType kv_types[] = {KvType::f32, KvType::f16, KvType::f32};
       // Rounds of inputs: verify-sized (k + 1 tokens, differing per sequence), single tokens,
       // and one that is longer than a step of 256 tokens in all (a prefill-sized batch).
       const std::vector<std::vector<std::size_t>> rounds = {

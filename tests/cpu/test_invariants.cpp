@@ -64,13 +64,13 @@ struct IsaOverride {
 TEST_CASE("batch invariance, incremental and rollback equalities, bitwise", "[cpu][invariants]") {
   for (const bool qwen : {false, true}) {
     for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::q8_0}) {
-      for (cpu::KvType kv : {cpu::KvType::f32, cpu::KvType::f16}) {
-        if (kv == cpu::KvType::f16 && dtype != DType::f32)
+      for (KvType kv : {KvType::f32, KvType::f16}) {
+        if (kv == KvType::f16 && dtype != DType::f32)
           continue;  // the KV type is independent of the weights
         const test::RandomModel m =
             test::make_random_model(qwen ? test::small_qwen() : test::small_llama(), dtype, 42);
         INFO((qwen ? "qwen-like " : "llama ")
-             << dtype_name(dtype) << " kv " << (kv == cpu::KvType::f16 ? "f16" : "f32") << " on "
+             << dtype_name(dtype) << " kv " << (kv == KvType::f16 ? "f16" : "f32") << " on "
              << cpu::isa_name(cpu::default_isa()));
         const std::vector<token_t> tokens = random_tokens(40, m.config.vocab_size, 9);
         Transformer model(m.config, m.weights, {.threads = 2, .kv_type = kv});
@@ -185,8 +185,8 @@ TEST_CASE("a tensor type the backend cannot compute fails at load, by file, tens
 TEST_CASE("f16 KV cache stays close to f32", "[cpu][invariants]") {
   const test::RandomModel m = test::make_random_model(test::small_llama(), DType::f32, 3);
   const std::vector<token_t> tokens = random_tokens(30, m.config.vocab_size, 4);
-  Transformer a(m.config, m.weights, {.threads = 1, .kv_type = cpu::KvType::f32});
-  Transformer b(m.config, m.weights, {.threads = 1, .kv_type = cpu::KvType::f16});
+  Transformer a(m.config, m.weights, {.threads = 1, .kv_type = KvType::f32});
+  Transformer b(m.config, m.weights, {.threads = 1, .kv_type = KvType::f16});
   const LogitsView la = a.forward(tokens);
   const LogitsView lb = b.forward(tokens);
   double worst = 0, scale = 0;

@@ -14,7 +14,7 @@
 #include "specdec/model/loader.hpp"
 #include "specdec_test.hpp"
 
-using specdec::cpu::KvType;
+using specdec::KvType;
 using specdec::cpu::Options;
 using specdec::cpu::Transformer;
 

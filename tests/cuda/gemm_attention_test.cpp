@@ -16,7 +16,7 @@
 namespace {
 
 using specdec::DType;
-using specdec::cuda::KvType;
+using specdec::KvType;
 using specdec::test::DeviceBuffer;
 using specdec::test::for_each_order;
 using specdec::test::random_floats;

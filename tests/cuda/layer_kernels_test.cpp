@@ -18,8 +18,8 @@
 namespace {
 
 using specdec::DType;
+using specdec::KvType;
 using specdec::RopeLayout;
-using specdec::cuda::KvType;
 using specdec::test::DeviceBuffer;
 using specdec::test::for_each_order;
 using specdec::test::random_floats;

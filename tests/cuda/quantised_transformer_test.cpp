@@ -60,7 +60,7 @@ specdec::cuda::Options cuda_options(
     specdec::cuda::Options::Weights weights = specdec::cuda::Options::Weights::f16) {
   auto o = specdec::test::emulator_friendly();
   o.weights = weights;
-  o.kv = specdec::cuda::Options::Kv::f32;
+  o.kv_type = specdec::KvType::f32;
   o.context_length = 64;
   o.prefill_scratch_bytes = 4096;  // chunks of a few rows: the chunked prefill path is exercised
   return o;
@@ -79,7 +79,7 @@ Errors compare(const QuantisedModel& m, std::shared_ptr<const specdec::WeightSto
                bool prefill, double skinny_bound, double prefill_bound,
                specdec::cuda::Options::Weights weights = specdec::cuda::Options::Weights::f16) {
   specdec::cpu::Options cpu_options;
-  cpu_options.kv_type = specdec::cpu::KvType::f32;
+  cpu_options.kv_type = specdec::KvType::f32;
   cpu_options.context_length = 64;
   specdec::cpu::Transformer cpu(m.config, std::move(cpu_weights), cpu_options);
   specdec::cuda::Transformer gpu(m.config, m.quantised, cuda_options(weights));
@@ -271,7 +271,7 @@ TEST_CASE(
       buffers.push_back(std::move(values));
     }
     specdec::cpu::Options cpu_options;
-    cpu_options.kv_type = specdec::cpu::KvType::f32;
+    cpu_options.kv_type = specdec::KvType::f32;
     cpu_options.context_length = 64;
     specdec::cpu::Transformer cpu(model.config, f32, cpu_options);
     auto options = cuda_options();

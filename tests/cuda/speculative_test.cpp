@@ -86,7 +86,7 @@ TEST_CASE("greedy speculative decoding on the device == CPU pair == greedy targe
   config.stop_at_eos = false;
   config.record_rounds = true;
   specdec::cpu::Options cpu_options;
-  cpu_options.kv_type = specdec::cpu::KvType::f16;
+  cpu_options.kv_type = specdec::KvType::f16;
   cpu_options.context_length = 96;
 
   const auto prompts = two_prompts();

@@ -60,16 +60,16 @@ TEST_CASE("cuda::Transformer matches cpu::Transformer (F16 weights)", "[cuda-emu
     }
     // Both KV types on the draft; the (6x slower to emulate) target with the default f16 only.
     const bool target = std::string(file) == "target-f32.gguf";
-    for (auto kv : {specdec::cuda::Options::Kv::f16, specdec::cuda::Options::Kv::f32}) {
-      if (target && kv == specdec::cuda::Options::Kv::f32) break;
-      INFO(file << ", KV cache " << (kv == specdec::cuda::Options::Kv::f16 ? "f16" : "f32"));
+    for (auto kv : {specdec::KvType::f16, specdec::KvType::f32}) {
+      if (target && kv == specdec::KvType::f32) break;
+      INFO(file << ", KV cache " << (kv == specdec::KvType::f16 ? "f16" : "f32"));
       specdec::cpu::Options cpu_options;
-      cpu_options.kv_type = kv == specdec::cuda::Options::Kv::f16 ? specdec::cpu::KvType::f16
-                                                                  : specdec::cpu::KvType::f32;
+      cpu_options.kv_type =
+          kv == specdec::KvType::f16 ? specdec::KvType::f16 : specdec::KvType::f32;
       cpu_options.context_length = 128;
       specdec::cpu::Transformer cpu(model->config, model->store, cpu_options);
       auto options = emulator_friendly();
-      options.kv = kv;
+      options.kv_type = kv;
       options.context_length = 128;
       specdec::cuda::Transformer gpu(model->config, model->store, options);
       REQUIRE(gpu.vocab_size() == cpu.vocab_size());

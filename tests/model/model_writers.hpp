@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "specdec/model/llama_schema.hpp"
+
 namespace specdec::test {
 
 using Bytes = std::vector<std::byte>;
@@ -329,32 +331,15 @@ class SafetensorsWriter {
   }
 };
 
-/// The Hugging Face name of a GGUF tensor name (inverse of specdec::hf_to_gguf_tensor_name).
+/// The Hugging Face name of a GGUF tensor name (inverse of specdec::hf_to_gguf_tensor_name), read
+/// from the schema; names outside it are kept.
 inline std::string hf_name(const std::string& gguf) {
-  if (gguf == "token_embd.weight") return "model.embed_tokens.weight";
-  if (gguf == "output_norm.weight") return "model.norm.weight";
-  if (gguf == "output.weight") return "lm_head.weight";
-  const auto dot = gguf.find('.', 4);
-  const std::string layer = gguf.substr(4, dot - 4), rest = gguf.substr(dot + 1);
-  static const std::pair<const char*, const char*> kMap[] = {
-      {"attn_norm.weight", "input_layernorm.weight"},
-      {"attn_q.weight", "self_attn.q_proj.weight"},
-      {"attn_k.weight", "self_attn.k_proj.weight"},
-      {"attn_v.weight", "self_attn.v_proj.weight"},
-      {"attn_output.weight", "self_attn.o_proj.weight"},
-      {"attn_q.bias", "self_attn.q_proj.bias"},
-      {"attn_k.bias", "self_attn.k_proj.bias"},
-      {"attn_v.bias", "self_attn.v_proj.bias"},
-      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
-      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-      {"ffn_norm.weight", "post_attention_layernorm.weight"},
-      {"ffn_gate.weight", "mlp.gate_proj.weight"},
-      {"ffn_up.weight", "mlp.up_proj.weight"},
-      {"ffn_down.weight", "mlp.down_proj.weight"},
-  };
-  for (const auto& [from, to] : kMap)
-    if (rest == from) return "model.layers." + layer + "." + to;
-  return gguf;
+  const auto named = specdec::parse_gguf_tensor_name(gguf);
+  if (!named) return gguf;
+  const std::string_view hf = named->spec->hf;
+  return named->spec->per_layer
+             ? "model.layers." + std::to_string(named->layer) + "." + std::string(hf)
+             : std::string(hf);
 }
 
 /// config.json of a TinyModel as transformers < 5 writes it.

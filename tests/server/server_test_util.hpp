@@ -27,13 +27,14 @@ namespace specdec::test {
 
 inline constexpr auto kPatience = std::chrono::seconds(120);
 
-/// `specdec serve --host 127.0.0.1 --port 0 ARGS...`, started by the constructor, which returns
-/// once /health answers 200; stderr goes to a file (err()).
+/// `specdec serve --host 127.0.0.1 --port 0 ARGS...` (the program `cli`, SPECDEC_CLI by
+/// default), started by the constructor, which returns once /health answers 200; stderr goes to
+/// a file (err()).
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::vector<std::string>& args)
+  explicit ServerProcess(const std::vector<std::string>& args, std::string cli = SPECDEC_CLI)
       : err_path_(temp_path(".server.err")) {
-    std::vector<std::string> all = {SPECDEC_CLI, "serve", "--host", "127.0.0.1", "--port", "0"};
+    std::vector<std::string> all = {cli, "serve", "--host", "127.0.0.1", "--port", "0"};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : all) argv.push_back(a.data());
@@ -50,7 +51,7 @@ class ServerProcess {
       dup2(err, STDERR_FILENO);
       close(err);
       close(null);
-      execv(SPECDEC_CLI, argv.data());
+      execv(all[0].c_str(), argv.data());
       _exit(127);
     }
     // The port it bound, from "listening on http://127.0.0.1:PORT".

@@ -29,12 +29,9 @@
 
 namespace specdec::cpu {
 
-/// Element type of the KV cache. f16 halves its memory and its read traffic at long contexts.
-enum class KvType { f32, f16 };
-
 struct Options {
-  std::size_t threads = 0;  ///< 0: the number of physical cores this process may use
-  KvType kv_type = KvType::f32;
+  std::size_t threads = 0;       ///< 0: the number of physical cores this process may use
+  KvType kv_type = KvType::f32;  ///< specdec/model/dtype.hpp
   /// Positions the KV cache holds; 0: the model's context length (config.context_length). The
   /// cache is allocated whole by the constructor, so a model that claims a long context (131072
   /// positions is common) needs this set to what the application will use: see

@@ -1,5 +1,5 @@
 #pragma once
-// cuda::DeviceSampler: the RoundSampler (decoder/sampler.hpp) of models whose logits live in
+// cuda::DeviceSampler: the RoundSampler (sampling/round.hpp) of models whose logits live in
 // device memory (cuda::Transformer). A round runs on the device end to end:
 //   draft    each draft step is the draft model's forward with the draft sampling kernel
 //            appended (a StepEpilogue), captured together into one CUDA graph per step shape;
@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "specdec/common.hpp"
-#include "specdec/decoder/sampler.hpp"
 #include "specdec/model/causal_lm.hpp"
 #include "specdec/sampling/process.hpp"
+#include "specdec/sampling/round.hpp"
 
 namespace specdec::cuda {
 
@@ -47,7 +47,7 @@ class DeviceSampler {
   DeviceSampler(const DeviceSampler&) = delete;
   DeviceSampler& operator=(const DeviceSampler&) = delete;
 
-  // ---- RoundSampler (see decoder/sampler.hpp)
+  // ---- RoundSampler (see sampling/round.hpp)
   void begin(const sampling::SamplingParams& params, std::uint64_t seed);
   void set_params(const sampling::SamplingParams& params);
   void begin_round(token_t last);

@@ -30,6 +30,7 @@
 #include "specdec/common.hpp"
 #include "specdec/model/causal_lm.hpp"
 #include "specdec/model/config.hpp"
+#include "specdec/model/dtype.hpp"
 #include "specdec/model/loader.hpp"
 #include "specdec/model/weights.hpp"
 
@@ -44,7 +45,6 @@ std::string device_count_error();
 
 struct Options {
   enum class Weights : std::uint8_t { f16, bf16 };
-  enum class Kv : std::uint8_t { f16, f32 };
 
   /// The 16-bit type of (1) matrices stored as F32 in the file (rounded on upload; every other
   /// matrix keeps its file's type and bytes on the device) and (2) the inputs of the prefill
@@ -52,7 +52,7 @@ struct Options {
   /// matrices of another type are dequantised to it, a chunk of rows at a time, before each
   /// product.
   Weights weights = Weights::f16;
-  Kv kv = Kv::f16;                    ///< KV cache element type
+  KvType kv_type = KvType::f16;       ///< KV cache element type (specdec/model/dtype.hpp)
   std::size_t context_length = 0;     ///< 0: the model's context length
   std::size_t max_step_tokens = 256;  ///< longer forward() inputs are processed in steps of this
   bool cuda_graphs = true;            ///< capture steps of <= 16 tokens once per shape and replay

@@ -67,6 +67,20 @@ concept DrafterFor = Drafter<D> && RoundSampler<S> &&
   { d.draft(sequence, k, sampler) } -> std::same_as<DraftResult>;
 };
 
+/// Capability: D drafts in steps that a driver may run itself (ModelDrafter with a
+/// SteppedDraftSampler): step_input() says what to feed the draft model next (empty: the draft is
+/// complete), step_output() takes the rows the driver computed for it. BatchedRounds
+/// (decoder/batched.hpp) batches the draft model's forwards of several sequences this way, as it
+/// batches the target's; other drafters draft at once in draft().
+template <class D, class S>
+concept SteppedDrafter = Drafter<D> &&
+    requires(D& d, S& s, std::span<const token_t> sequence, std::size_t n, LogitsView rows) {
+  { d.step_input(sequence, n, s) } -> std::same_as<std::span<const token_t>>;
+  d.step_output(sequence, n, rows, n, s);
+  d.check_draft(sequence, n);
+  d.model();
+};
+
 // ------------------------------------------------------------------------------ ModelDrafter
 
 /// A draft model as a Drafter.

@@ -219,9 +219,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   /// until the next round).
   const RoundRecord& step() {
     const TargetInput& input = propose();
-    if constexpr (requires(Sampler & s, Target & t) {
-                    s.verify_forward(t, std::size_t{}, Proposal{}, std::size_t{});
-                  }) {
+    if constexpr (FusedVerifySampler<Sampler, Target>) {
       // The device path: the target's forward and the verification run as one captured graph;
       // the wait for the round's outcome lands in verify_seconds.
       (void)input;
@@ -299,13 +297,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   /// host sampler): then phase 1 is begin_propose(), draft_input() / draft_output() until
   /// draft_input() is empty, end_propose(), and the driver can batch the draft model's forwards
   /// of several sequences (BatchedRounds, decoder/batched.hpp) as it batches the target's.
-  static constexpr bool kSteppedDraft =
-      requires(DrafterType & d, Sampler& s, std::span<const token_t> seq, LogitsView rows) {
-    { d.step_input(seq, std::size_t{}, s) } -> std::same_as<std::span<const token_t>>;
-    d.step_output(seq, std::size_t{}, rows, std::size_t{}, s);
-    d.check_draft(seq, std::size_t{});
-    d.model();
-  };
+  static constexpr bool kSteppedDraft = SteppedDrafter<DrafterType, Sampler>;
 
   /// Phase 1, first part: chooses k and begins the round. A drafter that does not draft in
   /// steps (n-gram lookup, a device sampler's model drafter) drafts here, at once.
@@ -337,7 +329,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     draft_step_ = draft_steps_ = 0;
     phase_ = Phase::drafting;  // from here on, cancel() rolls the drafter back
     sampler_.begin_round(sequence_.back());
-    if constexpr (requires(Sampler & s, std::span<const token_t> t) { s.set_history(t); }) {
+    if constexpr (PenaltySampler<Sampler>) {
       if (config_.penalties.active()) {
         // The penalties' scope before the round: the whole sequence, or the turn's completion.
         const std::size_t from =
@@ -482,7 +474,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   /// Hands the request's penalties and log-probability settings to the sampler (a sampler
   /// without them refuses them).
   void configure_sampler(const GenerationConfig& config) {
-    if constexpr (requires(Sampler & s) { s.set_penalties(config.penalties); }) {
+    if constexpr (PenaltySampler<Sampler>) {
       sampler_.set_penalties(config.penalties);
     } else if (config.penalties.active()) {
       throw Error(std::string(name_) +
@@ -490,7 +482,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
                   "the device sampler (CUDA backend) does not apply them yet: run on the CPU "
                   "backend or leave them off");
     }
-    if constexpr (requires(Sampler & s) { s.set_logprobs(true, std::size_t{}); }) {
+    if constexpr (LogprobSampler<Sampler>) {
       sampler_.set_logprobs(config.logprobs, config.top_logprobs);
     } else if (config.logprobs) {
       throw Error(std::string(name_) +

@@ -39,6 +39,11 @@ enum class DType : std::uint8_t {
 };
 inline constexpr std::size_t kDTypeCount = 15;
 
+/// Element type of a KV cache, on both backends. f16 halves its memory and its read traffic at
+/// long contexts.
+enum class KvType : std::uint8_t { f32, f16 };
+constexpr std::size_t kv_type_bytes(KvType t) noexcept { return t == KvType::f16 ? 2 : 4; }
+
 /// Turns `count` weights (a multiple of block_elems) stored as blocks into floats, exactly as
 /// ggml's dequantize_row_* and the gguf Python package's quants module do (tests/model checks
 /// every type bit for bit against the latter).

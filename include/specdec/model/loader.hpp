@@ -36,6 +36,11 @@ LoadedModel load_model(const std::string& path);
 /// Throws specdec::Error "<problem>" (callers prefix the file name).
 void validate_model_weights(const ModelConfig& config, const WeightStore& weights);
 
+/// Refuses a draft model that cannot draft for the target: a different vocabulary size (from the
+/// files' configs, so before any model is started), or tokenizers that differ
+/// (check_same_vocabulary). Throws specdec::Error naming both files.
+void check_draft_compatible(const LoadedModel& target, const LoadedModel& draft);
+
 /// Human-readable report for `specdec info`: source and format, architecture and config, the
 /// tensor table (name, dtype, shape, bytes) and the tokenizer summary.
 std::string describe_model(const LoadedModel& model);

@@ -128,6 +128,11 @@ struct TokenizerSpec {
 
 /// Builds the tokenizer a spec describes; throws specdec::Error on an inconsistent spec.
 std::shared_ptr<const Tokenizer> make_tokenizer(const TokenizerSpec& spec);
+/// Refuses a draft tokenizer that differs from the target's (vocabulary size, or the piece of any
+/// token id): speculative decoding compares the two models' probabilities token id by token id.
+/// Throws specdec::Error naming the first difference.
+void check_same_vocabulary(const Tokenizer& target, const Tokenizer& draft);
+
 /// Reads a SentencePiece tokenizer.model (protobuf) into a spec, without libsentencepiece.
 /// add_bos is on (the Llama convention) unless a tokenizer_config.json beside the file says
 /// otherwise (add_bos_token / add_eos_token). Refuses what specdec does not implement (unigram

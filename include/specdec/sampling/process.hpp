@@ -44,7 +44,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "specdec/cephes_exp.hpp"
 #include "specdec/common.hpp"
+#include "specdec/host_cpu.hpp"
 
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && defined(__x86_64__)
 #include <immintrin.h>
@@ -331,9 +333,9 @@ inline bool pass_isa_supported(PassIsa isa) {
       return true;
 #if SPECDEC_SAMPLING_WIDE
     case PassIsa::avx2:
-      return __builtin_cpu_supports("avx2") != 0;
-    case PassIsa::avx512:
-      return __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512dq") != 0;
+      return host_cpu().avx2;
+    case PassIsa::avx512:  // F and DQ are what the pass uses; host_cpu() reports them with BW, VL
+      return host_cpu().avx512;
 #endif
     default:
       return false;

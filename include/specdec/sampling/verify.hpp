@@ -4,8 +4,9 @@
 // Inputs (row-major, Real = float or double):
 //   p      (k+1) x V  the target's processed distributions p_0 ... p_k; p_i is the distribution of
 //                     the token after the prefix and the first i drafted tokens;
-//   q      k x V      the draft's processed distributions q_0 ... q_(k-1) the tokens were drawn
-//   from; draft  k          the drafted tokens x_0 ... x_(k-1), x_i ~ q_i.
+//   q      k x V      the draft's processed distributions q_0 ... q_(k-1) the tokens were
+//                     drawn from;
+//   draft  k          the drafted tokens x_0 ... x_(k-1), x_i ~ q_i.
 // Output: accepted = n (0 <= n <= k): x_0 ... x_(n-1) are kept, and next = one more token:
 //   n < k: a sample of the residual norm(max(0, p_n - q_n)) (from p_n when that has no mass);
 //   n = k: the bonus token, a sample of p_k.

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace specdec::cli::serve {
+namespace specdec::serve {
 
 /// A Prometheus histogram: cumulative counts of observations <= each bound.
 class Histogram {
@@ -71,4 +71,4 @@ class Metrics {
   Histogram duration_, first_token_, queue_wait_, batch_;
 };
 
-}  // namespace specdec::cli::serve
+}  // namespace specdec::serve

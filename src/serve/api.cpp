@@ -1,11 +1,11 @@
-#include "api.hpp"
+#include "specdec/serve/api.hpp"
 
 #include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
 
-namespace specdec::cli::serve {
+namespace specdec::serve {
 
 using nlohmann::json;
 
@@ -491,4 +491,4 @@ std::string sse_event(const json& data) {
   return "data: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
-}  // namespace specdec::cli::serve
+}  // namespace specdec::serve

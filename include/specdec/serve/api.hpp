@@ -1,7 +1,7 @@
 #pragma once
 // The OpenAI API as `specdec serve` speaks it: request bodies of /v1/completions and
 // /v1/chat/completions parsed and checked field by field, and the response objects (whole, and
-// the chunks of a stream). Pure functions on JSON: no HTTP, no models (http.cpp and engine.hpp
+// the chunks of a stream). Pure functions on JSON: no HTTP, no models (serve.cpp and engine.hpp
 // do those).
 //
 // Every refusal is an ApiError: the HTTP status and OpenAI's error object
@@ -26,7 +26,7 @@
 #include "specdec/model/tokenizer.hpp"
 #include "specdec/sampling/logprobs.hpp"
 
-namespace specdec::cli::serve {
+namespace specdec::serve {
 
 /// An error response: status, and the fields of OpenAI's error object.
 struct ApiError : std::runtime_error {
@@ -117,4 +117,4 @@ nlohmann::json usage_chunk_json(const ResponseInfo& info, const nlohmann::json& 
 /// "data: <json>\n\n", one server-sent event.
 std::string sse_event(const nlohmann::json& data);
 
-}  // namespace specdec::cli::serve
+}  // namespace specdec::serve

@@ -1,8 +1,8 @@
-#include "metrics.hpp"
+#include "specdec/serve/metrics.hpp"
 
 #include <fmt/format.h>
 
-namespace specdec::cli::serve {
+namespace specdec::serve {
 
 namespace {
 
@@ -177,4 +177,4 @@ std::string Metrics::render() const {
   return out;
 }
 
-}  // namespace specdec::cli::serve
+}  // namespace specdec::serve

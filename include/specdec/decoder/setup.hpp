@@ -1,0 +1,200 @@
+#pragma once
+// A decoding setup and the sessions it makes. A front-end (the CLI's generate, chat, bench and
+// serve; an application embedding specdec) selects a drafter and a draft-length rule with its
+// flags; make_session() turns that into a SpeculativeSession of the right type over the caller's
+// models, after checking that the draft and the target share one vocabulary (llama.cpp keeps
+// that check in its library too: common/speculative.h).
+//
+//   DecodeSetup setup;                                     // which drafter, k, adaptive, ...
+//   setup.drafter = DecodeSetup::Drafter::model;
+//   with_session_type<cpu::Transformer>(setup.drafter, [&]<class S>(std::type_identity<S>) {
+//     auto owned = make_session<S>(setup, SessionModels<cpu::Transformer>{&target, &draft,
+//                                  target_tokenizer, draft_tokenizer});
+//     owned->session().start(prompt, config);
+//     GenerationResult result = owned->session().run();
+//   });
+//
+// Each drafter kind is its own session type (the round loop is compiled per drafter), hence the
+// visitor; a server keeps one engine per session type (specdec/serve/engine.hpp).
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "specdec/common.hpp"
+#include "specdec/decoder/drafters.hpp"
+#include "specdec/decoder/session.hpp"
+#include "specdec/model/tokenizer.hpp"
+
+namespace specdec {
+
+/// Which drafter a decoding run uses and how it chooses the draft length.
+struct DecodeSetup {
+  enum class Drafter {
+    none,          ///< target-only decoding (the baseline: llama-completion, llama-server)
+    model,         ///< a draft model (ModelDrafter)
+    ngram,         ///< n-gram lookup in the sequence (NGramDrafter)
+    lookup_model,  ///< n-gram lookup, the draft model when it finds nothing
+  };
+  Drafter drafter = Drafter::none;
+  std::size_t k = 4;          ///< draft length (fixed), or the largest with adaptive
+  bool adaptive = false;      ///< choose k per round from the running acceptance
+  std::size_t max_k = 8;      ///< adaptive: the largest k
+  std::size_t ngram = 3;      ///< n-gram drafters: longest suffix looked up
+  std::size_t ngram_min = 1;  ///< n-gram drafters: shortest suffix looked up
+  /// The draft model's head restricted to its first N ids (0: whole). The draft model is built
+  /// with it (cpu::Options::head_tokens); here it only labels the setup.
+  std::size_t draft_head = 0;
+  /// Adaptive k: C(k) for k = 0 .. max_k, measured (cost_model.hpp); empty: the guessed cost.
+  std::vector<double> round_cost{};
+  std::size_t draft_min = 0;  ///< proposals shorter than this are not verified (--draft-min)
+
+  /// Whether the setup drafts with a draft model (model, lookup_model).
+  [[nodiscard]] bool uses_draft_model() const {
+    return drafter == Drafter::model || drafter == Drafter::lookup_model;
+  }
+
+  /// "baseline", "draft model k=4", "n-gram (n<=3) adaptive k", ...
+  [[nodiscard]] std::string label() const {
+    const std::string k_text = adaptive ? std::string("adaptive k") : "k=" + std::to_string(k);
+    const std::string model = draft_head != 0
+                                  ? "draft model (head " + std::to_string(draft_head) + ")"
+                                  : std::string("draft model");
+    switch (drafter) {
+      case Drafter::none:
+        return "baseline";
+      case Drafter::model:
+        return model + " " + k_text;
+      case Drafter::ngram:
+        return "n-gram (n<=" + std::to_string(ngram) + ") " + k_text;
+      case Drafter::lookup_model:
+        return "n-gram (n=" + std::to_string(ngram_min) + ".." + std::to_string(ngram) + ") + " +
+               model + " " + k_text;
+    }
+    return "?";
+  }
+
+  /// The session's options: k or adaptive k (within [max(1, draft_min), max_k]), draft_min.
+  [[nodiscard]] SpeculativeOptions speculative_options() const {
+    SpeculativeOptions options;
+    options.k = k;
+    options.adaptive = adaptive;
+    options.min_draft = draft_min;
+    if (adaptive) {
+      options.adaptive_options.min_k = std::max<std::size_t>(1, draft_min);
+      options.adaptive_options.max_k = std::max(max_k, options.adaptive_options.min_k);
+      options.adaptive_options.round_cost = round_cost;
+    }
+    return options;
+  }
+
+  [[nodiscard]] NGramDrafter::Options ngram_options() const {
+    NGramDrafter::Options options;
+    options.max_ngram = ngram;
+    options.min_ngram = ngram_min;
+    return options;
+  }
+};
+
+/// The session type of each drafter kind over models of type LM (a draft model, where there is
+/// one, is an LM too: both on one backend).
+template <class LM>
+using PlainSession = SpeculativeSession<NoDrafter, LM>;
+template <class LM>
+using ModelSession = SpeculativeSession<LM, LM>;
+template <class LM>
+using NGramSession = SpeculativeSession<NGramDrafter, LM>;
+template <class LM>
+using LookupModelSession = SpeculativeSession<LookupThenModelDrafter<LM>, LM>;
+
+/// Calls f(std::type_identity<Session>{}) with the session type of `drafter` over LM.
+template <class LM, class F>
+decltype(auto) with_session_type(DecodeSetup::Drafter drafter, F&& f) {
+  switch (drafter) {
+    case DecodeSetup::Drafter::model:
+      return f(std::type_identity<ModelSession<LM>>{});
+    case DecodeSetup::Drafter::ngram:
+      return f(std::type_identity<NGramSession<LM>>{});
+    case DecodeSetup::Drafter::lookup_model:
+      return f(std::type_identity<LookupModelSession<LM>>{});
+    case DecodeSetup::Drafter::none:
+      break;
+  }
+  return f(std::type_identity<PlainSession<LM>>{});
+}
+
+/// The models a session runs on; they (and the tokenizers) must outlive the session.
+template <class LM>
+struct SessionModels {
+  LM* target = nullptr;
+  LM* draft = nullptr;                         ///< needed by DecodeSetup::uses_draft_model()
+  const Tokenizer* tokenizer = nullptr;        ///< the target's (text, stop strings, EOS)
+  const Tokenizer* draft_tokenizer = nullptr;  ///< the draft model's, compared with the target's
+};
+
+/// A session together with the drafter object it refers to (an n-gram table, a lookup drafter);
+/// a draft model's ModelDrafter is inside the session. Not movable: the session points into it.
+/// make_session() makes one.
+template <class Session>
+class OwnedSession;
+
+template <class Draft, class Target>
+class OwnedSession<SpeculativeSession<Draft, Target>> {
+ public:
+  using Session = SpeculativeSession<Draft, Target>;
+
+  /// The session of `setup` over `models` (make_session checks them first).
+  OwnedSession(const DecodeSetup& setup, const SessionModels<Target>& models, const char* name) {
+    if constexpr (std::is_same_v<Draft, NoDrafter>) {
+      session_ = std::make_unique<Session>(*models.target, models.tokenizer, name);
+    } else if constexpr (std::is_same_v<Draft, Target>) {  // a draft model
+      session_ =
+          std::make_unique<Session>(*models.draft, *models.target, setup.speculative_options(),
+                                    models.tokenizer, models.draft_tokenizer, name);
+    } else if constexpr (std::is_same_v<Draft, NGramDrafter>) {
+      drafter_.emplace(setup.ngram_options());
+      session_ = std::make_unique<Session>(*drafter_, *models.target, setup.speculative_options(),
+                                           models.tokenizer, nullptr, name);
+    } else {
+      static_assert(std::is_same_v<Draft, LookupThenModelDrafter<Target>>, "unknown drafter");
+      drafter_.emplace(*models.draft, setup.ngram_options());
+      session_ = std::make_unique<Session>(*drafter_, *models.target, setup.speculative_options(),
+                                           models.tokenizer, models.draft_tokenizer, name);
+    }
+  }
+  OwnedSession(const OwnedSession&) = delete;
+  OwnedSession& operator=(const OwnedSession&) = delete;
+
+  Session& session() { return *session_; }
+  const Session& session() const { return *session_; }
+
+ private:
+  /// The drafter object, where the session refers to one of its own.
+  static constexpr bool kOwnsDrafter = Drafter<Draft> && !std::is_same_v<Draft, NoDrafter>;
+  std::conditional_t<kOwnsDrafter, std::optional<Draft>, std::monostate> drafter_;
+  std::unique_ptr<Session> session_;
+};
+
+/// The session of `setup` over `models`, of type Session (with_session_type gives it). Checks
+/// first that a draft model is there when the setup needs one, and that the draft's tokenizer
+/// has the target's tokens (check_same_vocabulary, specdec/model/tokenizer.hpp). `name` prefixes
+/// the session's errors. Throws specdec::Error.
+template <class Session, class LM>
+std::unique_ptr<OwnedSession<Session>> make_session(const DecodeSetup& setup,
+                                                    const SessionModels<LM>& models,
+                                                    const char* name = "SpeculativeDecoder") {
+  if (models.target == nullptr) throw Error(std::string(name) + ": no target model");
+  if (setup.uses_draft_model()) {
+    if (models.draft == nullptr)
+      throw Error(std::string(name) + ": the setup '" + setup.label() + "' needs a draft model");
+    if (models.tokenizer != nullptr && models.draft_tokenizer != nullptr)
+      check_same_vocabulary(*models.tokenizer, *models.draft_tokenizer);
+  }
+  return std::make_unique<OwnedSession<Session>>(setup, models, name);
+}
+
+}  // namespace specdec
