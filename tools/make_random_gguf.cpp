@@ -33,6 +33,7 @@
 
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/model/gguf_writer.hpp"
+#include "specdec/model/llama_schema.hpp"
 #include "specdec/model/quant_mix.hpp"
 #include "specdec/model/quants.hpp"
 #include "specdec/model/weights.hpp"
@@ -133,7 +134,7 @@ class Output {
 
 void write_model(const Shape& s, const specdec::QuantPreset& preset, const std::string& path,
                  std::uint64_t seed) {
-  const std::uint64_t head_dim = s.dim / s.heads, kv_dim = s.kv_heads * head_dim;
+  const std::uint64_t head_dim = s.dim / s.heads;
   auto uniform_scale = [](std::uint64_t fan_in) {
     return std::sqrt(3.0f / static_cast<float>(fan_in));
   };
@@ -143,26 +144,33 @@ void write_model(const Shape& s, const specdec::QuantPreset& preset, const std::
     const DType type = recipe_type(preset, s, name, shape);
     tensors.push_back({std::move(name), std::move(shape), type, scale});
   };
-  add("token_embd.weight", {s.vocab, s.dim}, 1.0f);
-  add("output_norm.weight", {s.dim}, 0.0f);
-  if (!s.tied) add("output.weight", {s.vocab, s.dim}, uniform_scale(s.dim));
-  for (std::uint64_t i = 0; i < s.layers; ++i) {
-    const std::string p = fmt::format("blk.{}.", i);
-    add(p + "attn_norm.weight", {s.dim}, 0.0f);
-    add(p + "attn_q.weight", {s.dim, s.dim}, uniform_scale(s.dim));
-    add(p + "attn_k.weight", {kv_dim, s.dim}, uniform_scale(s.dim));
-    add(p + "attn_v.weight", {kv_dim, s.dim}, uniform_scale(s.dim));
-    if (s.qkv_bias) {
-      add(p + "attn_q.bias", {s.dim}, 0.1f);
-      add(p + "attn_k.bias", {kv_dim}, 0.1f);
-      add(p + "attn_v.bias", {kv_dim}, 0.1f);
-    }
-    add(p + "attn_output.weight", {s.dim, s.dim}, uniform_scale(s.dim));
-    add(p + "ffn_norm.weight", {s.dim}, 0.0f);
-    add(p + "ffn_gate.weight", {s.ffn, s.dim}, uniform_scale(s.dim));
-    add(p + "ffn_up.weight", {s.ffn, s.dim}, uniform_scale(s.dim));
-    add(p + "ffn_down.weight", {s.dim, s.ffn}, uniform_scale(s.ffn));
-  }
+  // Every tensor the Llama-family schema gives this config, in its order (global ones first).
+  specdec::ModelConfig c;
+  c.vocab_size = s.vocab;
+  c.dim = s.dim;
+  c.n_layers = s.layers;
+  c.n_heads = s.heads;
+  c.n_kv_heads = s.kv_heads;
+  c.head_dim = head_dim;
+  c.ffn_dim = s.ffn;
+  c.qkv_bias = s.qkv_bias;
+  c.tied_embeddings = s.tied;
+  const auto add_spec = [&](const specdec::LlamaTensorSpec& spec, std::uint64_t layer) {
+    if (!specdec::is_present(spec, c)) return;
+    const bool bias = spec.gguf.ends_with(".bias");
+    // Matrices: variance 1 / fan-in (the embedding: unit scale); norm weights: ones; biases 0.1.
+    const float scale = spec.is_matrix() ? (spec.id == specdec::LlamaTensor::token_embd
+                                                ? 1.0f
+                                                : uniform_scale(specdec::extent_size(spec.cols, c)))
+                        : bias           ? 0.1f
+                                         : 0.0f;
+    add(specdec::gguf_tensor_name(spec.id, layer), specdec::expected_shape(spec, c), scale);
+  };
+  for (const specdec::LlamaTensorSpec& spec : specdec::kLlamaTensors)
+    if (!spec.per_layer) add_spec(spec, 0);
+  for (std::uint64_t i = 0; i < s.layers; ++i)
+    for (const specdec::LlamaTensorSpec& spec : specdec::kLlamaTensors)
+      if (spec.per_layer) add_spec(spec, i);
   constexpr std::uint64_t alignment = 32;
   std::uint64_t offset = 0;
   for (TensorPlan& t : tensors) {

@@ -20,7 +20,7 @@
 // step() is propose(), the target forward and accept(); with a device sampler it fuses the
 // forward and the verification into one captured CUDA graph.
 //
-// The sampler (decoder/sampler.hpp) is picked by where the target's logits live: HostSampler for
+// The sampler (SamplerFor, sampling/round.hpp) is picked by where the target's logits live: HostSampler for
 // host logits, cuda::DeviceSampler for device logits. A draft model whose logits live elsewhere
 // than the target's is a compile error.
 //

@@ -15,7 +15,7 @@
 // The decoder is a SpeculativeSession (decoder/session.hpp: the round API, the phases of a round,
 // continuing a conversation) plus generate(), which runs it from a prompt to a stop. Draft is
 // either a Drafter (NGramDrafter, a ModelDrafter, your own) or any CausalLM, which is wrapped in a
-// ModelDrafter. The sampling runs where the target's logits live (decoder/sampler.hpp).
+// ModelDrafter. The sampling runs where the target's logits live (sampling/round.hpp).
 
 #include <span>
 #include <string_view>

@@ -35,7 +35,7 @@ struct DeviceTokens {
 };
 
 /// Where a model type's forward() returns its logits, fixed at compile time so that the decoders
-/// pick the sampler that reads them there (decoder/sampler.hpp) and a pair of models whose logits
+/// pick the sampler that reads them there (sampling/round.hpp) and a pair of models whose logits
 /// live in different memories is a compile error. A model type declares device logits with
 ///   static constexpr Memory logits_memory = Memory::device;
 /// (cuda::Transformer does); any other type has host logits.
