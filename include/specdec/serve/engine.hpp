@@ -23,18 +23,19 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
-#include <vector>
-
-#include <exception>
-#include <functional>
-#include <span>
 #include <thread>
+#include <type_traits>
 #include <utility>
+#include <variant>
+#include <vector>
 
 #include "specdec/decoder/batched.hpp"
 #include "specdec/decoder/generation.hpp"
