@@ -72,9 +72,11 @@ struct Server {
   DecodeSetup setup;
   const Tokenizer* tokenizer = nullptr;
   std::size_t context_length = 0;
-  std::size_t vocab_size = 0;  ///< the target's, for the token ids of logit_bias
-  /// The backend the slots run on: the CUDA backend's sampler has no penalties or logprobs.
-  Backend backend = Backend::cpu;
+  std::size_t vocab_size = 0;      ///< the target's, for the token ids of logit_bias
+  Backend backend = Backend::cpu;  ///< the backend the slots run on
+  /// What the slots' sampler can do (PenaltySampler, LogprobSampler of the backend's sampler):
+  /// requests that need more are refused with a 400.
+  bool sampler_penalties = true, sampler_logprobs = true;
   std::optional<ChatTemplate> chat_template;
   std::string chat_template_error;  ///< why there is none, for the 400 of chat requests
   std::vector<token_t> end_of_turn_tokens;
@@ -159,11 +161,11 @@ GenerationConfig generation_config(const Server& s, const serve::CompletionReque
                                   : std::numeric_limits<std::size_t>::max();
   c.sampling = r.sampling;
   c.penalties = r.penalties;
-  if (s.backend == Backend::cuda && (c.penalties.active() || r.logprobs))
+  if ((c.penalties.active() && !s.sampler_penalties) || (r.logprobs && !s.sampler_logprobs))
     throw ApiError(400,
                    "presence_penalty, frequency_penalty, logit_bias and logprobs are served on the "
                    "CPU backend only (this server runs on CUDA: start it with --backend cpu)",
-                   c.penalties.active() ? "presence_penalty" : "logprobs",
+                   c.penalties.active() && !s.sampler_penalties ? "presence_penalty" : "logprobs",
                    "unsupported_on_backend");
   try {
     sampling::validate(c.penalties, s.vocab_size);
@@ -511,6 +513,8 @@ void listen_and_serve(const ServeOptions& o, Server& s) {
 /// them), the chat template, the engine; then listen(). The models outlive the engine.
 template <class LM>
 void serve_on(const ServeOptions& o, Server& s) {
+  s.sampler_penalties = PenaltySampler<sampler_for_t<LM>>;
+  s.sampler_logprobs = LogprobSampler<sampler_for_t<LM>>;
   Model<LM> target = open_model<LM>(o.target, "target");
   std::optional<Model<LM>> draft;
   if (s.setup.uses_draft_model()) {

@@ -110,10 +110,9 @@ std::optional<NamedLlamaTensor> parse_hf_tensor_name(std::string_view name) {
 
 const Tensor& llama_weight(const WeightStore& weights, const ModelConfig& c, LlamaTensor id,
                            std::size_t layer) {
-  const std::string name = gguf_tensor_name(id, layer);
-  const Tensor& t = weights.get(name);
+  const Tensor& t = weights.get(gguf_tensor_name(id, layer));
   if (const auto shape = expected_shape(llama_tensor(id), c); t.shape != shape)
-    throw Error(fmt::format("tensor {} has shape [{}], expected [{}]", name,
+    throw Error(fmt::format("tensor '{}' has shape [{}], but the config implies [{}]", t.name,
                             fmt::join(t.shape, ", "), fmt::join(shape, ", ")));
   return t;
 }

@@ -65,17 +65,12 @@ void validate_model_weights(const ModelConfig& c, const WeightStore& weights) {
   std::size_t expected_count = 0;
   auto expect = [&](const LlamaTensorSpec& spec, std::size_t layer) {
     ++expected_count;
-    const std::string name = gguf_tensor_name(spec.id, layer);
-    const Tensor* t = weights.find(name);
-    if (t == nullptr) throw Error(fmt::format("missing tensor '{}'", name));
-    if (const auto shape = expected_shape(spec, c); t->shape != shape)
-      throw Error(fmt::format("tensor '{}' has shape {}, but the config implies {}", name,
-                              shape_string(t->shape), shape_string(shape)));
+    const Tensor& t = llama_weight(weights, c, spec.id, layer);  // present, with its shape
     // Norms, biases and rope factors are read as plain vectors, never quantised.
-    if (!spec.is_matrix() && !is_float_dtype(t->dtype))
+    if (!spec.is_matrix() && !is_float_dtype(t.dtype))
       throw Error(
           fmt::format("tensor '{}' is {}; norms, biases and rope factors must be F32, F16 or BF16",
-                      name, dtype_name(t->dtype)));
+                      t.name, dtype_name(t.dtype)));
   };
   for (const LlamaTensorSpec& spec : kLlamaTensors)
     if (!spec.per_layer && is_present(spec, c)) expect(spec, 0);

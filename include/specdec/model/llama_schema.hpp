@@ -149,8 +149,10 @@ std::optional<NamedLlamaTensor> parse_gguf_tensor_name(std::string_view name);
 /// The same for a Hugging Face name ("model.layers.3.self_attn.q_proj.weight").
 std::optional<NamedLlamaTensor> parse_hf_tensor_name(std::string_view name);
 
-/// Binding, for the backends: tensor `id` of layer `layer`, with the shape the config implies
-/// (else a specdec::Error "tensor NAME has shape [..], expected [..]").
+/// Tensor `id` of layer `layer`, present and with the shape the config implies, else a
+/// specdec::Error: "missing tensor 'NAME'", "tensor 'NAME' has shape [..], but the config
+/// implies [..]". The loader's validation and both backends' weight binding read weights this
+/// way.
 const Tensor& llama_weight(const WeightStore& weights, const ModelConfig& config, LlamaTensor id,
                            std::size_t layer = 0);
 /// The float32 values of a vector tensor (norm weights, biases, rope factors) of any float type.
