@@ -43,7 +43,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <source_location>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -99,6 +98,23 @@ enum class Op : std::uint8_t {
   any,
 };
 const char* op_name(Op op) noexcept;
+
+/// Where a collective was called: what SourceSite says, built from the compiler
+/// builtins so that clang 14 (the CI's clang-tidy, whose libstdc++ <source_location> needs a
+/// builtin it lacks) parses the emulator too. As a default argument, current() records the
+/// caller's position, as SourceSite::current() does.
+struct SourceSite {
+  const char* file = "";
+  const char* function = "";
+  unsigned line = 0;
+  unsigned column = 0;
+  static constexpr SourceSite current(const char* file = __builtin_FILE(),
+                                      const char* function = __builtin_FUNCTION(),
+                                      unsigned line = __builtin_LINE(),
+                                      unsigned column = __builtin_COLUMN()) noexcept {
+    return SourceSite{file, function, line, column};
+  }
+};
 constexpr bool is_block_op(Op op) noexcept {
   return op == Op::syncthreads || op == Op::syncthreads_count || op == Op::syncthreads_and ||
          op == Op::syncthreads_or;
@@ -114,7 +130,7 @@ struct Thread {
   int param = 0;  ///< source lane / delta / lane mask
   int width = 32;
   int predicate = 0;
-  std::source_location site{};
+  SourceSite site{};
   alignas(16) unsigned char value[8]{};
   std::size_t value_size = 0;
   // The collective's result for this thread.
@@ -139,7 +155,7 @@ inline const Block& this_block() noexcept { return *tl_block; }
 /// Suspends the calling fiber until the scheduler has completed its pending collective.
 void wait_collective();
 
-inline Thread& begin(Op op, unsigned mask, const std::source_location& site) {
+inline Thread& begin(Op op, unsigned mask, const SourceSite& site) {
   Thread& t = this_thread();
   t.op = op;
   t.mask = mask;
@@ -152,7 +168,7 @@ inline Thread& begin(Op op, unsigned mask, const std::source_location& site) {
 }
 
 template <class T>
-T shuffle(Op op, unsigned mask, T var, int param, int width, const std::source_location& site) {
+T shuffle(Op op, unsigned mask, T var, int param, int width, const SourceSite& site) {
   static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8,
                 "warp shuffles move 4- or 8-byte values (or smaller)");
   Thread& t = begin(op, mask, site);
@@ -166,7 +182,7 @@ T shuffle(Op op, unsigned mask, T var, int param, int width, const std::source_l
   return out;
 }
 
-inline unsigned vote(Op op, unsigned mask, int predicate, const std::source_location& site) {
+inline unsigned vote(Op op, unsigned mask, int predicate, const SourceSite& site) {
   Thread& t = begin(op, mask, site);
   t.predicate = predicate;
   wait_collective();
@@ -229,64 +245,73 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t dynami
 #define __launch_bounds__(...)
 
 // ------------------------------------------------------------------ barriers and warp collectives
-inline void __syncthreads(std::source_location site = std::source_location::current()) {
+inline void __syncthreads(
+    ::specdec::emu::detail::SourceSite site = ::specdec::emu::detail::SourceSite::current()) {
   ::specdec::emu::detail::vote(::specdec::emu::detail::Op::syncthreads, 0, 0, site);
 }
-inline int __syncthreads_count(int predicate,
-                               std::source_location site = std::source_location::current()) {
+inline int __syncthreads_count(int predicate, ::specdec::emu::detail::SourceSite site =
+                                                  ::specdec::emu::detail::SourceSite::current()) {
   return static_cast<int>(::specdec::emu::detail::vote(
       ::specdec::emu::detail::Op::syncthreads_count, 0, predicate != 0, site));
 }
-inline int __syncthreads_and(int predicate,
-                             std::source_location site = std::source_location::current()) {
+inline int __syncthreads_and(int predicate, ::specdec::emu::detail::SourceSite site =
+                                                ::specdec::emu::detail::SourceSite::current()) {
   return static_cast<int>(::specdec::emu::detail::vote(::specdec::emu::detail::Op::syncthreads_and,
                                                        0, predicate != 0, site));
 }
-inline int __syncthreads_or(int predicate,
-                            std::source_location site = std::source_location::current()) {
+inline int __syncthreads_or(int predicate, ::specdec::emu::detail::SourceSite site =
+                                               ::specdec::emu::detail::SourceSite::current()) {
   return static_cast<int>(::specdec::emu::detail::vote(::specdec::emu::detail::Op::syncthreads_or,
                                                        0, predicate != 0, site));
 }
-inline void __syncwarp(unsigned mask = 0xffffffffu,
-                       std::source_location site = std::source_location::current()) {
+inline void __syncwarp(
+    unsigned mask = 0xffffffffu,
+    ::specdec::emu::detail::SourceSite site = ::specdec::emu::detail::SourceSite::current()) {
   ::specdec::emu::detail::vote(::specdec::emu::detail::Op::syncwarp, mask, 0, site);
 }
 template <class T>
-T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32,
-              std::source_location site = std::source_location::current()) {
+T __shfl_sync(
+    unsigned mask, T var, int src_lane, int width = 32,
+    ::specdec::emu::detail::SourceSite site = ::specdec::emu::detail::SourceSite::current()) {
   return ::specdec::emu::detail::shuffle(::specdec::emu::detail::Op::shfl_idx, mask, var, src_lane,
                                          width, site);
 }
 template <class T>
-T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32,
-                 std::source_location site = std::source_location::current()) {
+T __shfl_up_sync(
+    unsigned mask, T var, unsigned delta, int width = 32,
+    ::specdec::emu::detail::SourceSite site = ::specdec::emu::detail::SourceSite::current()) {
   return ::specdec::emu::detail::shuffle(::specdec::emu::detail::Op::shfl_up, mask, var,
                                          static_cast<int>(delta), width, site);
 }
 template <class T>
-T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32,
-                   std::source_location site = std::source_location::current()) {
+T __shfl_down_sync(
+    unsigned mask, T var, unsigned delta, int width = 32,
+    ::specdec::emu::detail::SourceSite site = ::specdec::emu::detail::SourceSite::current()) {
   return ::specdec::emu::detail::shuffle(::specdec::emu::detail::Op::shfl_down, mask, var,
                                          static_cast<int>(delta), width, site);
 }
 template <class T>
-T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32,
-                  std::source_location site = std::source_location::current()) {
+T __shfl_xor_sync(
+    unsigned mask, T var, int lane_mask, int width = 32,
+    ::specdec::emu::detail::SourceSite site = ::specdec::emu::detail::SourceSite::current()) {
   return ::specdec::emu::detail::shuffle(::specdec::emu::detail::Op::shfl_xor, mask, var, lane_mask,
                                          width, site);
 }
-inline unsigned __ballot_sync(unsigned mask, int predicate,
-                              std::source_location site = std::source_location::current()) {
+inline unsigned __ballot_sync(
+    unsigned mask, int predicate,
+    ::specdec::emu::detail::SourceSite site = ::specdec::emu::detail::SourceSite::current()) {
   return ::specdec::emu::detail::vote(::specdec::emu::detail::Op::ballot, mask, predicate != 0,
                                       site);
 }
-inline int __all_sync(unsigned mask, int predicate,
-                      std::source_location site = std::source_location::current()) {
+inline int __all_sync(
+    unsigned mask, int predicate,
+    ::specdec::emu::detail::SourceSite site = ::specdec::emu::detail::SourceSite::current()) {
   return static_cast<int>(
       ::specdec::emu::detail::vote(::specdec::emu::detail::Op::all, mask, predicate != 0, site));
 }
-inline int __any_sync(unsigned mask, int predicate,
-                      std::source_location site = std::source_location::current()) {
+inline int __any_sync(
+    unsigned mask, int predicate,
+    ::specdec::emu::detail::SourceSite site = ::specdec::emu::detail::SourceSite::current()) {
   return static_cast<int>(
       ::specdec::emu::detail::vote(::specdec::emu::detail::Op::any, mask, predicate != 0, site));
 }

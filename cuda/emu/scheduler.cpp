@@ -69,8 +69,8 @@ namespace {
 constexpr std::size_t kStackBytes = 256 * 1024;
 constexpr unsigned kWarp = 32;
 
-std::string where(const std::source_location& s) {
-  return fmt::format("{}:{} ({})", s.file_name(), s.line(), s.function_name());
+std::string where(const SourceSite& s) {
+  return fmt::format("{}:{} ({})", s.file, s.line, s.function);
 }
 
 struct Fiber {
@@ -440,8 +440,8 @@ bool Scheduler::complete_block_barrier(std::size_t threads) {
     }
     const auto& a = first->thread.site;
     const auto& b = f.thread.site;
-    if (f.thread.op != first->thread.op || a.line() != b.line() || a.column() != b.column() ||
-        std::strcmp(a.file_name(), b.file_name()) != 0) {
+    if (f.thread.op != first->thread.op || a.line != b.line || a.column != b.column ||
+        std::strcmp(a.file, b.file) != 0) {
       return false;
     }
   }
@@ -525,8 +525,8 @@ void Scheduler::diagnose(std::size_t threads) {
       const auto& a = fibers_[waiting].thread.site;
       const auto& b = g.thread.site;
       const bool same = g.state == Fiber::State::waiting &&
-                        g.thread.op == fibers_[waiting].thread.op && a.line() == b.line() &&
-                        a.column() == b.column() && std::strcmp(a.file_name(), b.file_name()) == 0;
+                        g.thread.op == fibers_[waiting].thread.op && a.line == b.line &&
+                        a.column == b.column && std::strcmp(a.file, b.file) == 0;
       if (!same) {
         fault(fmt::format("__syncthreads in divergent code: thread {} waits in {} at {}, but {}",
                           waiting, op_name(fibers_[waiting].thread.op),

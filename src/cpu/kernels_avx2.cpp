@@ -240,7 +240,7 @@ void fma_matmul_avx2(const FmaArgs& a) {
 
 void q8_matmul_avx2(const Q8RowsArgs& a) {
   // acc: [16 tokens][8 rows], tokens handled 16 at a time.
-  alignas(32) float acc[16 * 8];
+  alignas(32) float acc[16 * 8] = {};  // q8_rows8 fills [chunk.n][valid]; only that is read
   for (std::size_t t0 = 0; t0 < a.n; t0 += 16) {
     Q8RowsArgs chunk = a;
     chunk.n = a.n - t0 < 16 ? a.n - t0 : 16;

@@ -43,6 +43,7 @@ const FamilyInfo& info(Family family) {
 
 std::string known_names() {
   std::vector<std::string_view> names;
+  names.reserve(std::size(kFamilies));
   for (const FamilyInfo& f : kFamilies) names.push_back(f.name);
   return fmt::format("{}", fmt::join(names, ", "));
 }
@@ -164,6 +165,7 @@ ChatTemplate::ChatTemplate(Family family)
 
 std::vector<std::string_view> ChatTemplate::names() {
   std::vector<std::string_view> names;
+  names.reserve(std::size(kFamilies));
   for (const FamilyInfo& f : kFamilies) names.push_back(f.name);
   return names;
 }
@@ -344,7 +346,7 @@ std::string ChatTemplate::render_marked(std::span<const ChatMessage> messages, b
       for (std::size_t i = first; i < messages.size(); ++i) {
         std::string text = messages[i].content;
         if (i == first && system_first)
-          text = "<<SYS>>\n" + messages[0].content + "\n<</SYS>>\n\n" + text;
+          text = fmt::format("<<SYS>>\n{}\n<</SYS>>\n\n{}", messages[0].content, text);
         if (messages[i].role == "user") {
           out += bos_ + "[INST] ";
           content(i, python_strip(text));

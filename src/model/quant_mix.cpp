@@ -84,7 +84,9 @@ DType fallback(DType t, std::uint64_t row_length) {
   return row_length % dtype_block_elems(smaller) == 0 ? smaller : DType::f16;
 }
 
-/// llama_tensor_get_type_impl for the presets of kPresets.
+/// llama_tensor_get_type_impl for the presets of kPresets. One branch per preset, as llama.cpp
+/// writes its rules, even where two presets pick the same type.
+// NOLINTBEGIN(bugprone-branch-clone)
 DType mix_rule(const QuantPreset& p, const MixModel& m, const MixTensor& t) {
   const std::string_view preset = p.name;
   const QuantRole role = role_of(t.name);
@@ -134,6 +136,7 @@ DType mix_rule(const QuantPreset& p, const MixModel& m, const MixTensor& t) {
   }
   return type;
 }
+// NOLINTEND(bugprone-branch-clone)
 
 std::string make_preset_names() {
   std::string names;

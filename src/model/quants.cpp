@@ -229,7 +229,8 @@ void dequantize_row_q6_k(const std::byte* in, float* out, std::size_t count) {
         for (std::size_t part = 0; part < 4; ++part) {
           const int low = (part < 2 ? ql[l + 32 * part] & 0xF : ql[l + 32 * (part - 2)] >> 4);
           const int q6 = (low | (((qh[l] >> (2 * part)) & 3) << 4)) - 32;
-          const float dl = d * static_cast<float>(sc[l / 16 + 2 * part]);
+          const std::size_t sub_block = l / 16 + 2 * part;
+          const float dl = d * static_cast<float>(sc[sub_block]);
           y[l + 32 * part] = dl * static_cast<float>(q6);
         }
       }
@@ -297,7 +298,7 @@ float signed_absmax(const float* x) {
 /// trunc(x / d + offset + 0.5)) with d = max / -offset.
 template <class Block, int Levels>
 void quantize_symmetric(const float* x, std::byte* out, std::size_t blocks) {
-  constexpr float offset = Levels / 2;
+  constexpr float offset = static_cast<float>(Levels) / 2.0f;
   for (std::size_t b = 0; b < blocks; ++b, x += kQK) {
     const float d = signed_absmax(x) / -offset;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -331,8 +332,10 @@ void quantize_affine(const float* x, std::byte* out, std::size_t blocks) {
     const float d = (max - min) / static_cast<float>(Levels - 1);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     int q[kQK];
+    // ggml's rounding (add 0.5, truncate through int8), kept bit for bit: the quantised bytes
+    // must equal llama-quantize's.
     for (std::size_t j = 0; j < kQK; ++j)
-      q[j] = std::min(Levels - 1,
+      q[j] = std::min(Levels - 1,  // NOLINTNEXTLINE(bugprone-incorrect-roundings)
                       static_cast<int>(static_cast<std::int8_t>((x[j] - min) * id + 0.5f)));
     Block block{};
     block.d = fp32_to_fp16(d);

@@ -73,9 +73,9 @@ MappedFile::~MappedFile() {
 // ------------------------------------------------------------------------------ WeightStore
 
 void WeightStore::add(Tensor t) {
-  std::string name = t.name;
-  auto [it, inserted] = tensors_.try_emplace(std::move(name), std::move(t));
+  auto [it, inserted] = tensors_.try_emplace(t.name);
   if (!inserted) throw Error(fmt::format("duplicate tensor '{}'", it->first));
+  it->second = std::move(t);
 }
 
 const Tensor* WeightStore::find(std::string_view name) const {

@@ -234,7 +234,7 @@ TokenizerSpec parse(const std::string& path, const json& j) {
       if (left.find(' ') != std::string::npos || right.find(' ') != std::string::npos) {
         fail(path, fmt::format("merge {} has a token containing a space", merge.dump()));
       }
-      spec.merges.push_back(left + " " + right);
+      spec.merges.push_back(fmt::format("{} {}", left, right));
     }
   }
 

@@ -216,17 +216,11 @@ std::string SentencePieceBpe::normalize(std::string_view input) const {
   while (!input.empty()) {
     // One unit of input: a user-defined piece whole, one valid character, or one invalid byte
     // (which becomes U+FFFD).
-    std::string_view unit;
     std::size_t consumed = 0;
     if (!user_defined_.empty()) consumed = user_defined_.longest_prefix(input, nullptr);
-    if (consumed > 0) {
-      unit = input.substr(0, consumed);
-    } else if ((consumed = utf8_char_len(input)) > 0) {
-      unit = input.substr(0, consumed);
-    } else {
-      unit = kReplacementChar;
-      consumed = 1;
-    }
+    if (consumed == 0) consumed = utf8_char_len(input);
+    std::string_view unit = consumed > 0 ? input.substr(0, consumed) : kReplacementChar;
+    if (consumed == 0) consumed = 1;
     while (prev_space && !unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
     if (!unit.empty()) {
       for (char c : unit) {

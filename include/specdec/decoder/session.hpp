@@ -20,9 +20,9 @@
 // step() is propose(), the target forward and accept(); with a device sampler it fuses the
 // forward and the verification into one captured CUDA graph.
 //
-// The sampler (SamplerFor, sampling/round.hpp) is picked by where the target's logits live: HostSampler for
-// host logits, cuda::DeviceSampler for device logits. A draft model whose logits live elsewhere
-// than the target's is a compile error.
+// The sampler (SamplerFor, sampling/round.hpp) is picked by where the target's logits live:
+// HostSampler for host logits, cuda::DeviceSampler for device logits. A draft model whose logits
+// live elsewhere than the target's is a compile error.
 //
 // Bookkeeping (docs/decoder.md, "One round"): at the start of every round the target's cache
 // holds exactly the sequence minus its last token, and the draft model's cache a prefix of it.
