@@ -155,8 +155,7 @@ void write_model(const Shape& s, const specdec::QuantPreset& preset, const std::
   c.ffn_dim = s.ffn;
   c.qkv_bias = s.qkv_bias;
   c.tied_embeddings = s.tied;
-  const auto add_spec = [&](const specdec::LlamaTensorSpec& spec, std::uint64_t layer) {
-    if (!specdec::is_present(spec, c)) return;
+  specdec::for_each_llama_tensor(c, [&](const specdec::LlamaTensorSpec& spec, std::size_t layer) {
     const bool bias = spec.gguf.ends_with(".bias");
     // Matrices: variance 1 / fan-in (the embedding: unit scale); norm weights: ones; biases 0.1.
     const float scale = spec.is_matrix() ? (spec.id == specdec::LlamaTensor::token_embd
@@ -165,12 +164,7 @@ void write_model(const Shape& s, const specdec::QuantPreset& preset, const std::
                         : bias           ? 0.1f
                                          : 0.0f;
     add(specdec::gguf_tensor_name(spec.id, layer), specdec::expected_shape(spec, c), scale);
-  };
-  for (const specdec::LlamaTensorSpec& spec : specdec::kLlamaTensors)
-    if (!spec.per_layer) add_spec(spec, 0);
-  for (std::uint64_t i = 0; i < s.layers; ++i)
-    for (const specdec::LlamaTensorSpec& spec : specdec::kLlamaTensors)
-      if (spec.per_layer) add_spec(spec, i);
+  });
   constexpr std::uint64_t alignment = 32;
   std::uint64_t offset = 0;
   for (TensorPlan& t : tensors) {

@@ -43,6 +43,9 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#if !defined(__clang__)
+#include <source_location>
+#endif
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -99,22 +102,30 @@ enum class Op : std::uint8_t {
 };
 const char* op_name(Op op) noexcept;
 
-/// Where a collective was called: what SourceSite says, built from the compiler
-/// builtins so that clang 14 (the CI's clang-tidy, whose libstdc++ <source_location> needs a
-/// builtin it lacks) parses the emulator too. As a default argument, current() records the
-/// caller's position, as SourceSite::current() does.
+/// Where a collective was called, as std::source_location says it. clang reads it from its
+/// builtins, because clang 14 (the CI's clang-tidy) cannot compile libstdc++'s <source_location>;
+/// GCC has no __builtin_COLUMN and takes std::source_location. As a default argument, current()
+/// records the caller's position.
 struct SourceSite {
   const char* file = "";
   const char* function = "";
   unsigned line = 0;
   unsigned column = 0;
+#if defined(__clang__)
   static constexpr SourceSite current(const char* file = __builtin_FILE(),
                                       const char* function = __builtin_FUNCTION(),
                                       unsigned line = __builtin_LINE(),
                                       unsigned column = __builtin_COLUMN()) noexcept {
     return SourceSite{file, function, line, column};
   }
+#else
+  static constexpr SourceSite current(
+      std::source_location site = std::source_location::current()) noexcept {
+    return SourceSite{site.file_name(), site.function_name(), site.line(), site.column()};
+  }
+#endif
 };
+
 constexpr bool is_block_op(Op op) noexcept {
   return op == Op::syncthreads || op == Op::syncthreads_count || op == Op::syncthreads_and ||
          op == Op::syncthreads_or;

@@ -64,76 +64,91 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-template <class LM>
-void demo_on(const DemoOptions& o, const std::filesystem::path& dir) {
-  Model<LM> target = open_model<LM>((dir / kDemoTarget).string(), "target");
-  Model<LM> draft = open_model<LM>((dir / kDemoDraft).string(), "draft");
-  {
-    Model<LM>* const models[] = {&target, &draft};
-    start_models<LM>(models, o.models);
-  }
-  check_draft_compatible(target.file, draft.file);
-  const std::uint64_t seed = o.seed.resolve();
+/// One row of the speedup table: a prompt at a temperature, medians over the repeats.
+struct DemoRow {
+  std::string domain;
+  float temperature = 0;
+  std::size_t tokens = 0;
+  double baseline_tps = 0, spec_tps = 0, speedup = 0, acceptance = 0, tokens_per_round = 0;
+  bool identical = true;  ///< speculative tokens == target-only tokens in every repeat
+};
 
-  DecodeSetup spec;
-  spec.drafter = DecodeSetup::Drafter::model;
-  // Adaptive k by default: on this pair it is the fastest setting (docs/benchmarks.md).
-  spec.k = o.k.value_or(4);
-  spec.adaptive = !o.k.has_value();
-  const DecodeSetup baseline;  // target only
-  const auto config_at = [&](float temperature) {
+/// The demo's decoding settings: the draft model with adaptive k (on this pair the fastest
+/// setting, docs/benchmarks.md) unless -k fixes it, and the target alone as the baseline.
+struct DemoSetups {
+  DecodeSetup speculative;
+  DecodeSetup baseline;
+  std::uint64_t seed = 0;
+
+  [[nodiscard]] GenerationConfig config(const DemoOptions& o, float temperature) const {
     GenerationConfig config;
     config.max_new_tokens = o.max_new_tokens;
     config.sampling.temperature = temperature;
     config.seed = seed;
     return config;
-  };
+  }
+};
 
+DemoSetups demo_setups(const DemoOptions& o) {
+  DemoSetups s;
+  s.speculative.drafter = DecodeSetup::Drafter::model;
+  s.speculative.k = o.k.value_or(4);
+  s.speculative.adaptive = !o.k.has_value();
+  s.seed = o.seed.resolve();
+  return s;
+}
+
+/// Streams each prompt's speculative continuation (accepted draft tokens in green); returns the
+/// prompts' tokens.
+template <class LM>
+std::vector<std::vector<token_t>> stream_prompts(const DemoOptions& o,
+                                                 const std::filesystem::path& dir,
+                                                 Model<LM>& target, Model<LM>& draft,
+                                                 const DemoSetups& setups) {
   const bool colour = use_colour();
   const auto dim = [&](const std::string& s) { return colour ? "\x1b[2m" + s + "\x1b[0m" : s; };
   fmt::print("specdec demo: speculative decoding with the bundled pair in {}\n", dir.string());
   fmt::print("  target {} ({} layers, dim {}), draft {} ({} layers, dim {}), {}\n", kDemoTarget,
              target.file.config.n_layers, target.file.config.dim, kDemoDraft,
-             draft.file.config.n_layers, draft.file.config.dim, spec.label());
+             draft.file.config.n_layers, draft.file.config.dim, setups.speculative.label());
   fmt::print("  sampling at temperature {} (seed {}), {} new tokens per prompt{}\n", o.temperature,
-             seed, o.max_new_tokens,
+             setups.seed, o.max_new_tokens,
              colour
                  ? "; \x1b[32mgreen\x1b[0m: drafted by the draft model and accepted by the target"
                  : "");
-
   std::vector<std::vector<token_t>> prompts;
   for (const DemoPrompt& p : kPrompts) {
     prompts.push_back(encode_prompt(target, p.text, "demo prompt"));
     fmt::print("\n--- {} ---\n{}", p.domain, dim(p.text));
     std::fflush(stdout);
     StreamPrinter printer(true);
-    (void)run_decode<LM>(target, &draft, spec, prompts.back(), config_at(o.temperature),
-                         printer.callbacks());
+    (void)run_decode<LM>(target, &draft, setups.speculative, prompts.back(),
+                         setups.config(o, o.temperature), printer.callbacks());
     printer.finish();
   }
+  return prompts;
+}
 
-  // The table: both prompts, greedy and sampled. Baseline and speculative runs alternate so
-  // that machine noise hits both alike; medians of the repeats.
-  struct Row {
-    std::string domain;
-    float temperature = 0;
-    std::size_t tokens = 0;
-    double baseline_tps = 0, spec_tps = 0, speedup = 0, acceptance = 0, tokens_per_round = 0;
-    bool identical = true;
-  };
-  std::vector<Row> rows;
+/// The table's measurements: both prompts, greedy and sampled. Baseline and speculative runs
+/// alternate so that machine noise hits both alike; medians of the repeats.
+template <class LM>
+std::vector<DemoRow> measure_rows(const DemoOptions& o, Model<LM>& target, Model<LM>& draft,
+                                  const DemoSetups& setups,
+                                  const std::vector<std::vector<token_t>>& prompts) {
+  std::vector<DemoRow> rows;
   Progress progress;
   for (const float temperature : {0.0f, o.temperature})
     for (std::size_t pi = 0; pi < prompts.size(); ++pi) {
-      Row row{kPrompts[pi].domain, temperature};
+      DemoRow row{kPrompts[pi].domain, temperature};
       std::vector<double> base_tps, spec_tps, ratios;
       for (std::size_t rep = 0; rep < o.repeat; ++rep) {
         progress.update(fmt::format("measuring {} at temperature {}: run {}/{} ...", row.domain,
                                     temperature, rep + 1, o.repeat));
+        const GenerationConfig config = setups.config(o, temperature);
         const GenerationResult b =
-            run_decode<LM>(target, nullptr, baseline, prompts[pi], config_at(temperature));
+            run_decode<LM>(target, nullptr, setups.baseline, prompts[pi], config);
         const GenerationResult s =
-            run_decode<LM>(target, &draft, spec, prompts[pi], config_at(temperature));
+            run_decode<LM>(target, &draft, setups.speculative, prompts[pi], config);
         row.identical = row.identical && b.tokens == s.tokens;
         row.tokens = s.tokens.size();
         row.acceptance = s.stats.acceptance_rate;
@@ -148,7 +163,11 @@ void demo_on(const DemoOptions& o, const std::filesystem::path& dir) {
       rows.push_back(row);
     }
   progress.clear();
+  return rows;
+}
 
+void print_table(const DemoOptions& o, const std::filesystem::path& dir,
+                 const std::vector<DemoRow>& rows) {
   fmt::print(
       "\nspeculative vs target-only decoding, measured in this run (median of {} runs, prefill "
       "excluded):\n\n",
@@ -156,7 +175,7 @@ void demo_on(const DemoOptions& o, const std::filesystem::path& dir) {
   fmt::print("  {:<7} {:>5} {:>7} {:>15} {:>18} {:>8} {:>11} {:>13} {:>10}\n", "prompt", "temp",
              "tokens", "baseline tok/s", "speculative tok/s", "speedup", "acceptance",
              "tokens/round", "identical");
-  for (const Row& r : rows)
+  for (const DemoRow& r : rows)
     fmt::print("  {:<7} {:>5} {:>7} {:>15.1f} {:>18.1f} {:>7.2f}x {:>11.3f} {:>13.2f} {:>10}\n",
                r.domain, r.temperature, r.tokens, r.baseline_tps, r.spec_tps, r.speedup,
                r.acceptance, r.tokens_per_round,
@@ -169,7 +188,22 @@ void demo_on(const DemoOptions& o, const std::filesystem::path& dir) {
       "Next: specdec generate --target {0}/{1} --draft {0}/{2} --prompt 'def ' --trace "
       "trace.html\n",
       dir.string(), kDemoTarget, kDemoDraft);
-  for (const Row& r : rows)
+}
+
+template <class LM>
+void demo_on(const DemoOptions& o, const std::filesystem::path& dir) {
+  Model<LM> target = open_model<LM>((dir / kDemoTarget).string(), "target");
+  Model<LM> draft = open_model<LM>((dir / kDemoDraft).string(), "draft");
+  {
+    Model<LM>* const models[] = {&target, &draft};
+    start_models<LM>(models, o.models);
+  }
+  check_draft_compatible(target.file, draft.file);
+  const DemoSetups setups = demo_setups(o);
+  const auto prompts = stream_prompts<LM>(o, dir, target, draft, setups);
+  const std::vector<DemoRow> rows = measure_rows<LM>(o, target, draft, setups, prompts);
+  print_table(o, dir, rows);
+  for (const DemoRow& r : rows)
     if (r.temperature == 0 && !r.identical)
       throw Error("demo: a greedy speculative output differs from the target-only output (a bug)");
 }

@@ -138,53 +138,28 @@ struct GeneratePlan {
   std::string prompt_source;
 };
 
-template <class LM>
-void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
-                 std::optional<OutputFile>& trace_file, std::optional<OutputFile>& json_file) {
-  const DecodeSetup& setup = plan.setup;
-  const bool speculative = setup.drafter != DecodeSetup::Drafter::none;
-  Model<LM> target = open_model<LM>(o.target, "target");
-  check_penalties(o.sampling.penalties(), target.file);
-  std::optional<Model<LM>> draft;
-  if (setup.drafter == DecodeSetup::Drafter::model) draft = open_model<LM>(*o.draft, "draft");
-  // With --chat the template is checked before the models take their memory.
-  std::optional<ChatFormat> chat;
-  if (o.chat) chat = chat_format(target.file, o.chat_flags);
-  {
-    std::vector<Model<LM>*> models = {&target};
-    if (draft) models.push_back(&*draft);
-    start_models<LM>(models, o.models);
-  }
-  if (draft) check_draft_compatible(target.file, draft->file);
-  std::vector<ChatMessage> messages;
-  std::vector<token_t> prompt;
-  if (chat) {
-    messages = first_messages(o.chat_flags, plan.text);
-    prompt = tokenize_chat(target.tokenizer(), chat->tmpl.render(messages, true), true);
-    check_prompt_fits(prompt.size(), target.lm->context_length(), plan.prompt_source);
-  } else {
-    prompt = encode_prompt(target, plan.text, plan.prompt_source);
-  }
-
+/// The draft drafts only while the sequence fits its own cache (ModelDrafter::max_draft); past
+/// that the target decodes alone. Say so before generating rather than let the speedup vanish
+/// quietly.
+void warn_if_draft_context_short(const GenerateOptions& o, std::size_t draft_context,
+                                 std::size_t target_context, std::size_t prompt_tokens) {
   const std::size_t budget = token_budget(o.n_predict);
-  const std::size_t target_context = target.lm->context_length();
-  if (draft) {
-    // The draft drafts only while the sequence fits its own cache (ModelDrafter::max_draft);
-    // past that the target decodes alone. Say so now rather than let the speedup vanish quietly.
-    const std::size_t reach =
-        std::min(target_context, prompt.size() + std::min(budget, target_context));
-    const std::size_t draft_context = draft->lm->context_length();
-    if (draft_context < reach)
-      warn(fmt::format(
-          "the draft's context holds {} positions but this generation may reach {} (prompt {} + "
-          "-n {}{}): past position {} the target decodes alone, without drafts (give the draft "
-          "more with -cd)",
-          draft_context, reach, prompt.size(), o.n_predict,
-          o.n_predict < 0 ? ": until EOS or the context is full" : "", draft_context));
-  }
+  const std::size_t reach =
+      std::min(target_context, prompt_tokens + std::min(budget, target_context));
+  if (draft_context >= reach) return;
+  warn(fmt::format(
+      "the draft's context holds {} positions but this generation may reach {} (prompt {} + "
+      "-n {}{}): past position {} the target decodes alone, without drafts (give the draft "
+      "more with -cd)",
+      draft_context, reach, prompt_tokens, o.n_predict,
+      o.n_predict < 0 ? ": until EOS or the context is full" : "", draft_context));
+}
 
+/// The library's settings of this generation, from the flags (and the chat template's stops).
+GenerationConfig generation_config(const GenerateOptions& o,
+                                   const std::optional<ChatFormat>& chat) {
   GenerationConfig config;
-  config.max_new_tokens = budget;
+  config.max_new_tokens = token_budget(o.n_predict);
   config.sampling = o.sampling.params(o.temperature);
   config.penalties = o.sampling.penalties();
   config.seed = o.sampling.seed.resolve(/*announce=*/o.temperature > 0);
@@ -197,22 +172,16 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
     config.top_logprobs = *o.n_probs;
   }
   if (chat) chat->apply(config);
+  return config;
+}
 
-  Callbacks callbacks;
-  std::optional<StreamPrinter> printer;
-  if (!o.json) {
-    // A chat answer is a new text, not a continuation of the prompt: it is not displayed.
-    if (o.display_prompt && !chat)
-      write_stdout(use_colour() ? "\x1b[2m" + plan.text + "\x1b[0m" : plan.text);
-    printer.emplace(speculative);
-    callbacks = printer->callbacks();
-  }
-  callbacks.should_stop = [] { return interrupted(); };
-  GenerationResult result =
-      run_decode<LM>(target, draft ? &*draft : nullptr, setup, prompt, config, callbacks);
-  if (printer) printer->finish();
-
-  // What was run, for the JSON output and the trace's header.
+/// What was run, for the JSON output and the trace's header.
+nlohmann::json settings_json(const GenerateOptions& o, const GeneratePlan& plan,
+                             const GenerationConfig& config, std::size_t target_context,
+                             std::optional<std::size_t> draft_context,
+                             const std::optional<ChatFormat>& chat) {
+  const DecodeSetup& setup = plan.setup;
+  const bool speculative = setup.drafter != DecodeSetup::Drafter::none;
   nlohmann::json settings = {{"mode", speculative ? "speculative" : "baseline"},
                              {"decoder", setup.label()},
                              {"backend", backend_name(plan.backend)},
@@ -246,15 +215,21 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   settings["seed"] = config.seed;
   settings["max_new_tokens"] = o.n_predict;
   settings["context_length"] = target_context;
-  if (draft) settings["draft_context_length"] = draft->lm->context_length();
+  if (draft_context) settings["draft_context_length"] = *draft_context;
   settings["kv_cache_type"] = o.models.cache_type_k;
   if (o.ignore_eos) settings["ignore_eos"] = true;
   if (o.special) settings["special"] = true;
   if (o.n_probs) settings["n_probs"] = *o.n_probs;
   if (chat) settings["chat_template"] = std::string(chat->tmpl.name());
+  return settings;
+}
 
-  nlohmann::json out = settings;
-  if (chat) {
+/// --json's object: the settings, then what was generated.
+nlohmann::json result_json(nlohmann::json out, const std::vector<ChatMessage>& messages,
+                           const std::vector<token_t>& prompt, const GenerationConfig& config,
+                           const GenerationResult& result, const Tokenizer* tokenizer,
+                           bool speculative) {
+  if (!messages.empty()) {
     out["messages"] = nlohmann::json::array();
     for (const ChatMessage& m : messages)
       out["messages"].push_back({{"role", m.role}, {"content", m.content}});
@@ -264,10 +239,63 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   out["text"] = result.text;
   out["stop_reason"] = std::string(to_string(result.stop_reason));
   out["stats"] = stats_json(result.stats);
-  if (config.logprobs)
-    out["logprobs"] = logprobs_json(target.file.tokenizer.get(), result.logprobs);
+  if (config.logprobs) out["logprobs"] = logprobs_json(tokenizer, result.logprobs);
   if (speculative) out["rounds"] = rounds_json(result);
+  return out;
+}
 
+/// Loads the models, decodes with the stream printer (or silently under --json) and writes what
+/// was asked for: the statistics line, the trace, the JSON.
+template <class LM>
+void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
+                 std::optional<OutputFile>& trace_file, std::optional<OutputFile>& json_file) {
+  const DecodeSetup& setup = plan.setup;
+  const bool speculative = setup.drafter != DecodeSetup::Drafter::none;
+  Model<LM> target = open_model<LM>(o.target, "target");
+  check_penalties(o.sampling.penalties(), target.file);
+  std::optional<Model<LM>> draft;
+  if (setup.drafter == DecodeSetup::Drafter::model) draft = open_model<LM>(*o.draft, "draft");
+  // With --chat the template is checked before the models take their memory.
+  std::optional<ChatFormat> chat;
+  if (o.chat) chat = chat_format(target.file, o.chat_flags);
+  {
+    std::vector<Model<LM>*> models = {&target};
+    if (draft) models.push_back(&*draft);
+    start_models<LM>(models, o.models);
+  }
+  if (draft) check_draft_compatible(target.file, draft->file);
+
+  std::vector<ChatMessage> messages;
+  std::vector<token_t> prompt;
+  if (chat) {
+    messages = first_messages(o.chat_flags, plan.text);
+    prompt = tokenize_chat(target.tokenizer(), chat->tmpl.render(messages, true), true);
+    check_prompt_fits(prompt.size(), target.lm->context_length(), plan.prompt_source);
+  } else {
+    prompt = encode_prompt(target, plan.text, plan.prompt_source);
+  }
+  const std::size_t target_context = target.lm->context_length();
+  std::optional<std::size_t> draft_context;
+  if (draft) draft_context = draft->lm->context_length();
+  if (draft_context) warn_if_draft_context_short(o, *draft_context, target_context, prompt.size());
+  const GenerationConfig config = generation_config(o, chat);
+
+  Callbacks callbacks;
+  std::optional<StreamPrinter> printer;
+  if (!o.json) {
+    // A chat answer is a new text, not a continuation of the prompt: it is not displayed.
+    if (o.display_prompt && !chat)
+      write_stdout(use_colour() ? "\x1b[2m" + plan.text + "\x1b[0m" : plan.text);
+    printer.emplace(speculative);
+    callbacks = printer->callbacks();
+  }
+  callbacks.should_stop = [] { return interrupted(); };
+  const GenerationResult result =
+      run_decode<LM>(target, draft ? &*draft : nullptr, setup, prompt, config, callbacks);
+  if (printer) printer->finish();
+
+  const nlohmann::json settings =
+      settings_json(o, plan, config, target_context, draft_context, chat);
   if (!o.json && logs(LogLevel::info))
     fmt::print(stderr, "[{}] {}\n", setup.label(), stats_line(result, speculative));
   if (trace_file) {
@@ -281,8 +309,12 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
     if (!o.json && logs(LogLevel::info))
       fmt::print(stderr, "trace written to {}\n", trace_file->path());
   }
-  if (json_file) json_file->write(json_text(out));
-  if (o.json) print_json(out);
+  if (json_file || o.json) {
+    const nlohmann::json out = result_json(settings, messages, prompt, config, result,
+                                           target.file.tokenizer.get(), speculative);
+    if (json_file) json_file->write(json_text(out));
+    if (o.json) print_json(out);
+  }
 }
 
 void run_generate(const GenerateOptions& o) {

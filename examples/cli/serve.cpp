@@ -478,12 +478,16 @@ void listen_and_serve(const ServeOptions& o, Server& s) {
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(std::size_t{16} << 20);
   http.set_keep_alive_timeout(5);
-  http.set_logger(
-      [&s, verbose = o.verbose](const httplib::Request& req, const httplib::Response& res) {
-        s.metrics->http_request(endpoint_label(req.path), res.status);
-        if (verbose)
-          fmt::print(stderr, "specdec serve: {} {} -> {}\n", req.method, req.path, res.status);
-      });
+  // Counted before the response is written (httplib calls the post-routing handler for every
+  // response, just before its status line), so that a client that reads /metrics right after
+  // its answer finds it counted; the logger runs only after the body has been sent.
+  http.set_post_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    s.metrics->http_request(endpoint_label(req.path), res.status);
+  });
+  if (o.verbose)
+    http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+      fmt::print(stderr, "specdec serve: {} {} -> {}\n", req.method, req.path, res.status);
+    });
   add_routes(http, s);
 
   int port = o.port;

@@ -3,6 +3,7 @@
 // buffers the returned shared_ptr keeps alive. Used by the invariance tests for every weight
 // dtype and architecture option.
 
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/model/config.hpp"
+#include "specdec/model/llama_schema.hpp"
 #include "specdec/model/quants.hpp"
 #include "specdec/model/random_blocks.hpp"
 #include "specdec/model/weights.hpp"
@@ -57,35 +59,20 @@ inline RandomModel make_random_model(const ModelConfig& config, DType matrix_dty
     const auto& bytes = holder->buffers.back();
     holder->store.add(Tensor{name, dtype, std::move(shape), bytes.data(), bytes.size()});
   };
+  // Every tensor the Llama-family schema gives this config. Matrices scaled by 1/sqrt(fan-in)
+  // (the embedding: unit scale); norm weights and rope factors about 1; biases about 0.
   const ModelConfig& c = config;
-  const auto dim = c.dim, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim,
-             ffn = c.ffn_dim;
-  auto inv_sqrt = [](std::size_t n) { return 1.0f / std::sqrt(static_cast<float>(n)); };
-  add("token_embd.weight", {c.vocab_size, dim}, 1.0f, 0.0f, matrix_dtype);
-  if (!c.tied_embeddings)
-    add("output.weight", {c.vocab_size, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
-  add("output_norm.weight", {dim}, 0.1f, 1.0f, DType::f32);
-  for (std::size_t i = 0; i < c.n_layers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    add(p + "attn_norm.weight", {dim}, 0.1f, 1.0f, DType::f32);
-    add(p + "attn_q.weight", {q_dim, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
-    add(p + "attn_k.weight", {kv_dim, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
-    add(p + "attn_v.weight", {kv_dim, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
-    add(p + "attn_output.weight", {dim, q_dim}, inv_sqrt(q_dim), 0.0f, matrix_dtype);
-    if (c.qkv_bias) {
-      add(p + "attn_q.bias", {q_dim}, 0.1f, 0.0f, DType::f32);
-      add(p + "attn_k.bias", {kv_dim}, 0.1f, 0.0f, DType::f32);
-      add(p + "attn_v.bias", {kv_dim}, 0.1f, 0.0f, DType::f32);
+  for_each_llama_tensor(c, [&](const LlamaTensorSpec& spec, std::size_t layer) {
+    const std::string name = gguf_tensor_name(spec.id, layer);
+    if (spec.is_matrix()) {
+      const float fan_in = static_cast<float>(extent_size(spec.cols, c));
+      const float scale = spec.id == LlamaTensor::token_embd ? 1.0f : 1.0f / std::sqrt(fan_in);
+      add(name, expected_shape(spec, c), scale, 0.0f, matrix_dtype);
+    } else {
+      add(name, expected_shape(spec, c), 0.1f, spec.gguf.ends_with(".bias") ? 0.0f : 1.0f,
+          DType::f32);
     }
-    if (c.qk_norm) {
-      add(p + "attn_q_norm.weight", {c.head_dim}, 0.1f, 1.0f, DType::f32);
-      add(p + "attn_k_norm.weight", {c.head_dim}, 0.1f, 1.0f, DType::f32);
-    }
-    add(p + "ffn_norm.weight", {dim}, 0.1f, 1.0f, DType::f32);
-    add(p + "ffn_gate.weight", {ffn, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
-    add(p + "ffn_up.weight", {ffn, dim}, inv_sqrt(dim), 0.0f, matrix_dtype);
-    add(p + "ffn_down.weight", {dim, ffn}, inv_sqrt(ffn), 0.0f, matrix_dtype);
-  }
+  });
   return {config, std::shared_ptr<const WeightStore>(holder, &holder->store)};
 }
 

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "random_weights.hpp"
+#include "specdec/common.hpp"
 #include "specdec/model/config.hpp"
+#include "specdec/model/llama_schema.hpp"
 #include "specdec/model/weights.hpp"
 
 namespace specdec::test {
@@ -69,33 +71,58 @@ inline void add_norm(QuantisedModel& m, const std::string& name, std::size_t siz
 
 }  // namespace detail
 
-/// A random model of config c (untied head): layer i's matrices of types layers[i % size],
-/// embedding and head of the given types. Matrices are scaled so that activations stay O(1).
+/// The type layer `types` gives matrix `id` (the embedding and the head have their own).
+inline DType matrix_type(LlamaTensor id, const LayerTypes& types, DType embed, DType head) {
+  switch (id) {
+    case LlamaTensor::token_embd:
+      return embed;
+    case LlamaTensor::output:
+      return head;
+    case LlamaTensor::attn_q:
+      return types.q;
+    case LlamaTensor::attn_k:
+      return types.k;
+    case LlamaTensor::attn_v:
+      return types.v;
+    case LlamaTensor::attn_output:
+      return types.o;
+    case LlamaTensor::ffn_gate:
+      return types.gate;
+    case LlamaTensor::ffn_up:
+      return types.up;
+    case LlamaTensor::ffn_down:
+      return types.down;
+    default:
+      throw Error("quantised_model: no type for " + std::string(llama_tensor(id).gguf));
+  }
+}
+
+/// A random model of config c (untied head): every tensor the Llama-family schema gives c, layer
+/// i's matrices of types layers[i % size], embedding and head of the given types. Matrices are
+/// scaled so that activations stay O(1); vectors (norm weights) are about 1.
 inline std::shared_ptr<const QuantisedModel> make_quantised_model(
     const ModelConfig& c, const std::vector<LayerTypes>& layers, DType embed, DType head,
     std::uint32_t seed) {
   auto m = std::make_shared<QuantisedModel>();
   m->config = c;
   auto scale = [](std::size_t cols) { return 1.5f / std::sqrt(static_cast<float>(cols)); };
-  detail::add_matrix(*m, "token_embd.weight", embed, c.vocab_size, c.dim, 1.0f, seed);
-  detail::add_matrix(*m, "output.weight", head, c.vocab_size, c.dim, 3.0f * scale(c.dim), seed + 1);
-  detail::add_norm(*m, "output_norm.weight", c.dim, seed + 2);
-  for (std::size_t i = 0; i < c.n_layers; ++i) {
-    const LayerTypes& t = layers[i % layers.size()];
-    const std::string p = "blk." + std::to_string(i) + ".";
-    const auto s = seed + 16 * static_cast<std::uint32_t>(i + 1);
-    detail::add_matrix(*m, p + "attn_q.weight", t.q, c.q_dim(), c.dim, scale(c.dim), s);
-    detail::add_matrix(*m, p + "attn_k.weight", t.k, c.kv_dim(), c.dim, scale(c.dim), s + 1);
-    detail::add_matrix(*m, p + "attn_v.weight", t.v, c.kv_dim(), c.dim, scale(c.dim), s + 2);
-    detail::add_matrix(*m, p + "attn_output.weight", t.o, c.dim, c.q_dim(), scale(c.q_dim()),
-                       s + 3);
-    detail::add_matrix(*m, p + "ffn_gate.weight", t.gate, c.ffn_dim, c.dim, scale(c.dim), s + 4);
-    detail::add_matrix(*m, p + "ffn_up.weight", t.up, c.ffn_dim, c.dim, scale(c.dim), s + 5);
-    detail::add_matrix(*m, p + "ffn_down.weight", t.down, c.dim, c.ffn_dim, scale(c.ffn_dim),
-                       s + 6);
-    detail::add_norm(*m, p + "attn_norm.weight", c.dim, s + 7);
-    detail::add_norm(*m, p + "ffn_norm.weight", c.dim, s + 8);
-  }
+  for_each_llama_tensor(c, [&](const LlamaTensorSpec& spec, std::size_t layer) {
+    const std::string name = gguf_tensor_name(spec.id, layer);
+    // One seed per tensor: 32 per layer, the global tensors below the first layer's.
+    const auto s = seed + 32 * static_cast<std::uint32_t>(spec.per_layer ? layer + 1 : 0) +
+                   static_cast<std::uint32_t>(spec.id);
+    const std::size_t rows = extent_size(spec.rows, c);
+    if (!spec.is_matrix()) {
+      detail::add_norm(*m, name, rows, s);
+      return;
+    }
+    const std::size_t cols = extent_size(spec.cols, c);
+    const float w = spec.id == LlamaTensor::token_embd ? 1.0f
+                    : spec.id == LlamaTensor::output   ? 3.0f * scale(cols)
+                                                       : scale(cols);
+    detail::add_matrix(*m, name, matrix_type(spec.id, layers[layer % layers.size()], embed, head),
+                       rows, cols, w, s);
+  });
   return m;
 }
 

@@ -213,6 +213,9 @@ struct TinyModel {
 };
 
 /// The (GGUF name, shape) of every tensor of a TinyModel, in the order a converter writes them.
+/// Written out here rather than read from kLlamaTensors on purpose: the loader's tests hold the
+/// schema's names and shapes against this independent list (and test_llama_schema holds the names
+/// against llama.cpp's gguf-py).
 inline std::vector<std::pair<std::string, std::vector<std::uint64_t>>> tiny_tensor_shapes(
     const TinyModel& m) {
   const std::uint64_t q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim;

@@ -136,6 +136,18 @@ std::size_t extent_size(Extent extent, const ModelConfig& config) noexcept;
 /// The shape the config implies, outermost first: {rows, cols} for a matrix, {rows} for a vector.
 std::vector<std::uint64_t> expected_shape(const LlamaTensorSpec& spec, const ModelConfig& config);
 
+/// Calls fn(spec, layer) for every tensor a model with this config has, in the table's order:
+/// the global tensors (layer 0), then layer 0's, layer 1's, and so on. The model generators
+/// (tools/make_random_gguf, the tests' random models) write their tensors this way.
+template <class Fn>
+void for_each_llama_tensor(const ModelConfig& config, Fn&& fn) {
+  for (const LlamaTensorSpec& spec : kLlamaTensors)
+    if (!spec.per_layer && is_present(spec, config)) fn(spec, std::size_t{0});
+  for (std::size_t layer = 0; layer < config.n_layers; ++layer)
+    for (const LlamaTensorSpec& spec : kLlamaTensors)
+      if (spec.per_layer && is_present(spec, config)) fn(spec, layer);
+}
+
 /// The GGUF name: "token_embd.weight", "blk.3.attn_q.weight" (`layer` ignored for global tensors).
 std::string gguf_tensor_name(LlamaTensor id, std::size_t layer = 0);
 
