@@ -355,7 +355,7 @@ SPECDEC_DEVICE ProcessStatus process_row(const float* logits, int vocab,
   const int bad = first_non_finite(logits, vocab);
   if (bad != 0x7fffffff) return ProcessStatus{bad};
 
-  if (params.temperature <= 0.0f) {  // params.greedy(), which is host-only constexpr
+  if (params.temperature < sampling::kMinTemperature) {  // params.greedy() (host-only)
     const RowArgmax best = row_argmax(logits, vocab);
     for (int i = tid; i < vocab; i += threads) probs[i] = i == best.index ? 1.0f : 0.0f;
     __syncthreads();

@@ -138,7 +138,7 @@ struct DeviceSampler::Impl {
   }
 
   [[nodiscard]] Work verify_work(std::size_t k, Proposal proposal) const {
-    if (params.temperature <= 0.0f) return Work::verify_greedy;
+    if (params.greedy()) return Work::verify_greedy;
     return proposal == Proposal::sampled && k > 0 ? Work::verify_sampled : Work::verify_point;
   }
 

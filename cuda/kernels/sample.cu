@@ -21,7 +21,7 @@ SPECDEC_DEVICE RowSample sample_one(const float* lr, int vocab, const RoundArgs&
                                     std::uint64_t stream, float* qr, int row, float* sums) {
   const auto status = sampling_device::process_row(lr, vocab, a.params, qr);
   if (status.bad_logit >= 0) return RowSample{-1, status.bad_logit};
-  if (a.params.temperature <= 0.0f) {  // params.greedy(), which is host-only constexpr
+  if (a.params.temperature < sampling::kMinTemperature) {  // params.greedy() (host-only)
     return RowSample{static_cast<token_t>(sampling_device::row_argmax(qr, vocab).index), -1};
   }
   const float u = sampling::philox_uniform(a.seed, stream, a.counter);

@@ -26,6 +26,7 @@ constexpr Alias kAliases[] = {
     {"-md", "--model-draft"},    {"-cd", "--ctx-size-draft"}, {"-td", "--threads-draft"},
     {"-ctk", "--cache-type-k"},  {"-ctv", "--cache-type-v"},  {"-co", "--color"},
     {"-sys", "--system-prompt"}, {"-np", "--parallel"},       {"-sp", "--special"},
+    {"-to", "--timeout"},
 };
 
 // ------------------------------------------------------------------------ llama.cpp flags
@@ -216,6 +217,19 @@ const std::vector<LlamaFlag>& llama_flags() {
       {{"--log-colors"}, true, {}, "specdec colours only its streamed text (--color)"},
       {{"--log-prefix"}, false, {}, "specdec's messages start with \"specdec:\""},
       {{"--log-timestamps"}, false, {}, "specdec's messages carry no timestamps"},
+      // Server.
+      {{"--metrics"},
+       false,
+       "only specdec serve has metrics",
+       "specdec serve always exports /metrics (Prometheus text format)",
+       {"serve"}},
+      {{"--slots"},
+       false,
+       "only specdec serve has slots",
+       "GET /health reports the slots",
+       {"serve"}},
+      {{"--ssl-key-file"}, true, "specdec serve speaks plain HTTP: put a TLS proxy in front"},
+      {{"--ssl-cert-file"}, true, "specdec serve speaks plain HTTP: put a TLS proxy in front"},
   };
   return table;
 }

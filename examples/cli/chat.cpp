@@ -135,7 +135,7 @@ void chat_on(const ChatOptions& o, Backend backend, const DecodeSetup& setup,
   config.max_new_tokens = token_budget(o.n_predict);
   config.sampling = o.sampling.params(o.temperature);
   config.penalties = o.sampling.penalties();
-  config.seed = o.sampling.seed.resolve(/*announce=*/o.temperature > 0);
+  config.seed = o.sampling.seed.resolve(/*announce=*/!config.sampling.greedy());
   config.stop_at_eos = !o.ignore_eos;
   config.special_tokens_as_text = o.special;
   format.apply(config);

@@ -162,7 +162,7 @@ GenerationConfig generation_config(const GenerateOptions& o,
   config.max_new_tokens = token_budget(o.n_predict);
   config.sampling = o.sampling.params(o.temperature);
   config.penalties = o.sampling.penalties();
-  config.seed = o.sampling.seed.resolve(/*announce=*/o.temperature > 0);
+  config.seed = o.sampling.seed.resolve(/*announce=*/!config.sampling.greedy());
   config.stop_strings = o.stop;
   config.stop_at_eos = !o.ignore_eos;
   config.record_rounds = o.trace || o.json || o.json_file;

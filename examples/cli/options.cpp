@@ -47,7 +47,10 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
             const auto p = parse_number(s);
-            return p && *p > 0 && *p <= 1 ? std::string() : "top-p must be in (0, 1], got " + s;
+            // Checked as the float the sampler gets: 1e-300 is a positive double but float 0.
+            return p && static_cast<float>(*p) > 0 && *p <= 1
+                       ? std::string()
+                       : "top-p must be in (0, 1] (as a float), got " + s;
           },
           "(0,1]", "top-p"))
       ->capture_default_str();

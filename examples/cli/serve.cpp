@@ -17,7 +17,9 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -26,6 +28,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -62,6 +65,9 @@ struct ServeOptions : DecodeFlags {
   std::size_t http_threads = 0;
   bool verbose = false;
   bool no_batching = false;
+  std::vector<std::string> api_keys;        ///< --api-key (repeatable, or comma-separated)
+  std::optional<std::string> api_key_file;  ///< one key per line
+  std::optional<int> timeout;               ///< --timeout (-to): read and write timeout, seconds
 };
 
 /// Everything the HTTP handlers need, read-only once the server listens (the engine and the
@@ -87,7 +93,77 @@ struct Server {
   std::atomic<bool> draining{false};
   std::atomic<std::size_t> in_flight{0};  ///< completion responses not yet fully written
   std::atomic<std::uint64_t> next_id{1};
+  std::atomic<std::uint64_t> next_request{1};  ///< X-Request-Id of every HTTP request
+  std::vector<std::string> api_keys;           ///< empty: no authentication
 };
+
+// ------------------------------------------------------------------------ authentication
+
+/// a == b in a time that depends on their lengths only, not on where they differ (a key compared
+/// byte by byte with an early exit leaks its prefix through response times).
+bool equal_in_constant_time(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const std::size_t n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto x = static_cast<unsigned char>(i < a.size() ? a[i] : 0);
+    const auto y = static_cast<unsigned char>(i < b.size() ? b[i] : 0);
+    diff = static_cast<unsigned char>(diff | (x ^ y));
+  }
+  return diff == 0;
+}
+
+/// Whether the request carries one of the keys as the OpenAI clients send it
+/// ("Authorization: Bearer KEY"). Every key is compared, so the time does not say which matched.
+bool authorised(const Server& s, const httplib::Request& req) {
+  constexpr std::string_view kBearer = "Bearer ";
+  const std::string header = req.get_header_value("Authorization");
+  if (header.size() <= kBearer.size() || header.compare(0, kBearer.size(), kBearer) != 0)
+    return false;
+  const std::string_view key = std::string_view(header).substr(kBearer.size());
+  bool match = false;
+  for (const std::string& k : s.api_keys) match = equal_in_constant_time(key, k) || match;
+  return match;
+}
+
+/// The routes anyone may read with --api-key set (llama-server's public endpoints).
+bool is_public(const std::string& path) { return path == "/health" || path == "/v1/models"; }
+
+/// --api-key and the lines of --api-key-file (blank lines and surrounding spaces ignored).
+std::vector<std::string> read_api_keys(const ServeOptions& o) {
+  std::vector<std::string> keys;
+  const auto add = [&keys](std::string_view text, const std::string& source) {
+    const auto first = text.find_first_not_of(" \t\r");
+    if (first == std::string_view::npos) return;
+    const auto last = text.find_last_not_of(" \t\r");
+    const std::string key(text.substr(first, last - first + 1));
+    if (key.find_first_of(" \t") != std::string::npos)
+      throw UsageError(fmt::format("serve: {}: an API key has no spaces", source));
+    keys.push_back(key);
+  };
+  for (const std::string& flag : o.api_keys) {
+    std::string_view rest = flag;
+    for (;;) {  // llama-server takes comma-separated keys in one flag
+      const auto comma = rest.find(',');
+      add(rest.substr(0, comma), "--api-key");
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+  if (o.api_key_file) {
+    const std::string text = read_text_file(*o.api_key_file);
+    std::string_view rest = text;
+    while (!rest.empty()) {
+      const auto newline = rest.find('\n');
+      add(rest.substr(0, newline), "--api-key-file " + *o.api_key_file);
+      if (newline == std::string_view::npos) break;
+      rest.remove_prefix(newline + 1);
+    }
+    if (keys.empty())
+      throw UsageError(fmt::format("serve: --api-key-file {} holds no key", *o.api_key_file));
+  }
+  if (!o.api_keys.empty() && keys.empty()) throw UsageError("serve: --api-key is empty");
+  return keys;
+}
 
 // ------------------------------------------------------------------------ helpers
 
@@ -354,13 +430,15 @@ void add_routes(httplib::Server& http, Server& s) {
     });
 
   http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
-    json meta = {{"target", s.target_path},
+    // File names only: the server's directories are nobody's business.
+    json meta = {{"target", std::filesystem::path(s.target_path).filename().string()},
                  {"drafter", s.setup.label()},
                  {"context_length", s.context_length},
                  {"slots", s.slots},
                  {"chat_template",
                   s.chat_template ? json(std::string(s.chat_template->name())) : json(nullptr)}};
-    if (!s.draft_path.empty()) meta["draft"] = s.draft_path;
+    if (!s.draft_path.empty())
+      meta["draft"] = std::filesystem::path(s.draft_path).filename().string();
     send_json(res, 200,
               {{"object", "list"},
                {"data", json::array({{{"id", s.model_name},
@@ -478,11 +556,35 @@ void listen_and_serve(const ServeOptions& o, Server& s) {
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(std::size_t{16} << 20);
   http.set_keep_alive_timeout(5);
+  if (o.timeout) {
+    http.set_read_timeout(*o.timeout);
+    http.set_write_timeout(*o.timeout);
+  }
+  // Before routing: every request gets an id (X-Request-Id, named in the log of a 5xx), and with
+  // --api-key a request without a valid key gets a 401 (OpenAI's error; the public routes
+  // excepted).
+  http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    res.set_header("X-Request-Id", fmt::format("req-{}", s.next_request.fetch_add(1)));
+    if (s.api_keys.empty() || is_public(req.path) || authorised(s, req))
+      return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("WWW-Authenticate", "Bearer");
+    send_error(res, ApiError(401,
+                             "invalid or missing API key: send it as 'Authorization: Bearer KEY' "
+                             "(the OpenAI clients' api_key)",
+                             "", "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
   // Counted before the response is written (httplib calls the post-routing handler for every
   // response, just before its status line), so that a client that reads /metrics right after
-  // its answer finds it counted; the logger runs only after the body has been sent.
+  // its answer finds it counted; the logger runs only after the body has been sent. A 429 says
+  // when to come back; every 5xx is logged with its request id.
   http.set_post_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
     s.metrics->http_request(endpoint_label(req.path), res.status);
+    if (res.status == 429) res.set_header("Retry-After", "1");
+    if (res.status >= 500)
+      fmt::print(stderr, "specdec serve: {} {} {} -> {}: {}\n",
+                 res.get_header_value("X-Request-Id"), req.method, req.path, res.status,
+                 serve::excerpt(res.body, 500));
   });
   if (o.verbose)
     http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
@@ -490,6 +592,17 @@ void listen_and_serve(const ServeOptions& o, Server& s) {
     });
   add_routes(http, s);
 
+  // The listening socket, set up here rather than by httplib 0.11, which sets SO_REUSEPORT (a
+  // second server on the same port then shares it silently instead of failing) and listens with
+  // a backlog of 5 (a burst of connections waits for SYN retransmits, a second or more). Here:
+  // SO_REUSEADDR only, and the backlog raised once httplib has bound and listened (on Linux a
+  // second listen() sets the backlog of a listening socket).
+  int listen_fd = -1;
+  http.set_socket_options([&listen_fd](int sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd = sock;
+  });
   int port = o.port;
   if (port == 0) {
     port = http.bind_to_any_port(o.host);
@@ -497,6 +610,9 @@ void listen_and_serve(const ServeOptions& o, Server& s) {
   } else if (!http.bind_to_port(o.host, port)) {
     throw Error(fmt::format("serve: cannot listen on {}:{} (is the port in use?)", o.host, port));
   }
+  constexpr int kListenBacklog = 512;
+  if (listen_fd < 0 || ::listen(listen_fd, kListenBacklog) != 0)
+    warn(fmt::format("serve: could not raise the listen backlog to {}", kListenBacklog));
   fmt::print(stderr,
              "specdec serve: {} ({}), {} slots on the {} backend, listening on http://{}:{}\n",
              s.model_name, s.setup.label(), o.parallel, backend_name(s.backend), o.host, port);
@@ -585,6 +701,7 @@ void run_serve(const ServeOptions& o) {
   signal(SIGPIPE, SIG_IGN);  // a client that hung up is a failed write, not the end of us
 
   Server s;
+  s.api_keys = read_api_keys(o);
   s.setup = setup;
   s.slots = o.parallel;
   s.target_path = o.target;
@@ -625,6 +742,15 @@ void add_serve(CLI::App& app) {
                   "HTTP threads (default: --parallel + --queue + 8)")
       ->check(CLI::Range(std::size_t{0}, std::size_t{4096}));
   cmd->add_flag("-v,--verbose", o->verbose, "log every HTTP request on stderr");
+  cmd->add_option("--api-key", o->api_keys,
+                  "require 'Authorization: Bearer KEY' (the OpenAI clients' api_key) on every "
+                  "route but /health and /v1/models; repeatable or comma-separated")
+      ->type_name("KEY");
+  cmd->add_option("--api-key-file", o->api_key_file, "API keys, one per line (as --api-key)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--timeout", o->timeout,
+                  "seconds a read or a write of a connection may take (default: 5)")
+      ->check(CLI::Range(1, 86400));
   cmd->add_flag("--no-batching", o->no_batching,
                 "run the slots' rounds one after the other instead of batched (to measure what "
                 "batching gains; the tokens are the same)");

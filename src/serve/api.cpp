@@ -9,11 +9,18 @@ namespace specdec::serve {
 
 using nlohmann::json;
 
+std::string excerpt(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  std::size_t cut = max_bytes;  // back to the start of a UTF-8 character
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return fmt::format("{}... ({} bytes)", text.substr(0, cut), text.size());
+}
+
 ApiError::ApiError(int status_, const std::string& message, std::string param_, std::string code_,
                    std::string type_)
-    : std::runtime_error(message),
+    : std::runtime_error(excerpt(message, 1000)),
       status(status_),
-      param(std::move(param_)),
+      param(excerpt(param_, 200)),
       code(std::move(code_)),
       type(std::move(type_)) {}
 
@@ -57,8 +64,8 @@ const char* type_name(const json& v) {
 }
 
 [[noreturn]] void out_of_range(const std::string& param, std::string_view range, const json& v) {
-  throw ApiError(400, fmt::format("'{}' must be {}, got {}", param, range, v.dump()), param,
-                 "invalid_value");
+  throw ApiError(400, fmt::format("'{}' must be {}, got {}", param, range, excerpt(v.dump())),
+                 param, "invalid_value");
 }
 
 [[noreturn]] void unsupported(const std::string& param, std::string_view why) {
@@ -159,7 +166,7 @@ void parse_penalties(const json& body, sampling::Penalties& p) {
       throw ApiError(400,
                      fmt::format("'logit_bias' keys are token ids (whole numbers as strings), "
                                  "got \"{}\"",
-                                 id),
+                                 excerpt(id)),
                      "logit_bias", "invalid_value");
     if (!value.is_number()) wrong_type(param, "a number", value);
     const double b = value.get<double>();
@@ -253,7 +260,7 @@ void parse_messages(const json& body, CompletionRequest& r) {
       throw ApiError(400,
                      fmt::format("'{}.role' is '{}': specdec serve takes system, user and "
                                  "assistant messages",
-                                 where, role->get<std::string>()),
+                                 where, excerpt(role->get<std::string>())),
                      where + ".role");
     const json* content = field(m, "content");
     if (content == nullptr)
@@ -271,7 +278,7 @@ void parse_messages(const json& body, CompletionRequest& r) {
         const auto type = string(part, "type");
         if (type != "text")
           unsupported(part_where + ".type",
-                      fmt::format("content of type '{}': only text", type.value_or("")));
+                      fmt::format("content of type '{}': only text", excerpt(type.value_or(""))));
         const auto part_text = string(part, "text");
         if (!part_text)
           throw ApiError(400, fmt::format("'{}.text' is required", part_where),
@@ -293,8 +300,8 @@ CompletionRequest parse_request(std::string_view body_text, Endpoint endpoint,
   try {
     body = json::parse(body_text);
   } catch (const json::exception& e) {  // a syntax error, or a number that overflows a double
-    throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()), "",
-                   "invalid_json");
+    throw ApiError(400, fmt::format("the request body is not valid JSON: {}", excerpt(e.what())),
+                   "", "invalid_json");
   }
   if (!body.is_object()) wrong_type("body", "a JSON object", body);
 
@@ -304,7 +311,7 @@ CompletionRequest parse_request(std::string_view body_text, Endpoint endpoint,
     throw ApiError(400,
                    fmt::format("the model '{}' does not exist: this server serves '{}' (GET "
                                "/v1/models)",
-                               *name, model),
+                               excerpt(*name), model),
                    "model", "model_not_found");
   if (endpoint == Endpoint::completions)
     parse_prompt(body, r);
@@ -321,12 +328,15 @@ CompletionRequest parse_request(std::string_view body_text, Endpoint endpoint,
   if (max_tokens && *max_tokens >= 0) r.max_tokens = max_tokens;
   if (!max_tokens && endpoint == Endpoint::completions) r.max_tokens = 16;  // OpenAI's default
 
+  // The sampling settings are checked as the floats the sampler gets (top_p 1e-300 is a positive
+  // double but float 0). A temperature below sampling::kMinTemperature is greedy.
   r.sampling.temperature = static_cast<float>(number(body, "temperature").value_or(1.0));
   if (r.sampling.temperature < 0 || r.sampling.temperature > 2)
     out_of_range("temperature", "in [0, 2] (0 is greedy)", *field(body, "temperature"));
   if (const auto top_p = number(body, "top_p")) {
-    if (!(*top_p > 0 && *top_p <= 1)) out_of_range("top_p", "in (0, 1]", *field(body, "top_p"));
     r.sampling.top_p = static_cast<float>(*top_p);
+    if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1))
+      out_of_range("top_p", "in (0, 1] (as a 32-bit float)", *field(body, "top_p"));
   }
   if (const auto top_k = integer(body, "top_k")) {
     if (*top_k < 0 || *top_k > std::numeric_limits<int>::max())
@@ -334,8 +344,9 @@ CompletionRequest parse_request(std::string_view body_text, Endpoint endpoint,
     r.sampling.top_k = static_cast<int>(*top_k);
   }
   if (const auto min_p = number(body, "min_p")) {
-    if (!(*min_p >= 0 && *min_p <= 1)) out_of_range("min_p", "in [0, 1]", *field(body, "min_p"));
     r.sampling.min_p = static_cast<float>(*min_p);
+    if (!(r.sampling.min_p >= 0 && r.sampling.min_p <= 1))
+      out_of_range("min_p", "in [0, 1]", *field(body, "min_p"));
   }
   if (const json* seed = field(body, "seed")) {
     if (seed->is_number_unsigned()) {

@@ -123,6 +123,17 @@ TEST_CASE("greedy: speculative tokens == --baseline tokens == a plain argmax loo
   CHECK(tokens_of(generate_json(with({"--draft", demo_draft(), "-k", "4"}))) == reference);
   CHECK(tokens_of(generate_json(with({"--draft", demo_draft(), "--adaptive"}))) == reference);
   CHECK(tokens_of(generate_json(with({"--ngram", "3", "-k", "8"}))) == reference);
+  // A temperature too small for float arithmetic (1e-39 made the weights NaN) decodes greedily,
+  // the limit it approaches; so does the smallest positive float.
+  for (const std::string tiny : {"1e-39", "1e-45"}) {
+    const std::vector<std::string> cold = {"-n", std::to_string(kTokens), "--temp", tiny};
+    const auto with_cold = [&](std::vector<std::string> extra) {
+      extra.insert(extra.end(), cold.begin(), cold.end());
+      return extra;
+    };
+    CHECK(tokens_of(generate_json(with_cold({"--baseline"}))) == reference);
+    CHECK(tokens_of(generate_json(with_cold({"--draft", demo_draft()}))) == reference);
+  }
 }
 
 // With penalties and a logit bias, greedy speculative decoding still equals greedy target-only

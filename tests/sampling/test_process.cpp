@@ -233,14 +233,48 @@ TEST_CASE("temperature -> 0 approaches greedy", "[process]") {
       CHECK(1.0 - probs[best] <= 39.0 * std::exp(-gap / t) + 1e-15);
       previous = probs[best];
     }
+    // The smallest temperature that is still sampled (below it the row is greedy by definition,
+    // next test) already gives the greedy row where the top two logits are apart.
     SamplingParams tiny;
-    tiny.temperature = 1e-6f;
+    tiny.temperature = specdec::sampling::kMinTemperature;
+    REQUIRE_FALSE(tiny.greedy());
     SamplingParams greedy;
     greedy.temperature = 0.0f;
-    if (gap > 1e-3) {  // exp(-1e-3 / 1e-6) underflows to exactly 0
+    if (gap > 2e-3) {  // exp(-2e-3 / 1e-5) underflows to exactly 0 in float
       CHECK(process_logits<float>(logits, tiny) == process_logits<float>(logits, greedy));
     }
   }
+}
+
+TEST_CASE("a temperature too small for float arithmetic is greedy, the limit it approaches",
+          "[process]") {
+  // At 1e-39, logit / T overflowed to infinity and every weight became NaN ("sample_from: probs
+  // has a NaN"). Below kMinTemperature the row is the greedy one, whatever the filters say.
+  const std::vector<float> logits{0.5f, 3.0f, -2.0f, 3.0f - 2e-4f, 1.0f, -40.0f};
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  for (const float t : {std::numeric_limits<float>::denorm_min(), 1e-39f, 1e-30f, 9.99e-6f}) {
+    INFO("temperature " << t);
+    for (const bool last : {false, true}) {
+      SamplingParams sp;
+      sp.temperature = t;
+      sp.top_p = 0.5f;
+      sp.min_p = 0.1f;
+      sp.temperature_last = last;
+      CHECK(sp.greedy());
+      CHECK(process_logits<float>(logits, sp) == process_logits<float>(logits, greedy));
+      CHECK(process_logits<double>(logits, sp) == std::vector<double>{0, 1, 0, 0, 0, 0});
+    }
+  }
+  // From kMinTemperature up the row is sampled: finite probabilities summing to 1, the near-tie
+  // at index 3 sharing the mass as exp(-2e-4 / T) says.
+  SamplingParams cold;
+  cold.temperature = specdec::sampling::kMinTemperature;
+  CHECK_FALSE(cold.greedy());
+  const auto probs = process_logits<double>(logits, cold);
+  for (const double p : probs) CHECK(std::isfinite(p));
+  CHECK(probs[1] + probs[3] == Approx(1.0));
+  CHECK(probs[3] > 0);
 }
 
 TEST_CASE("process_logits rejects invalid input", "[process][errors]") {

@@ -148,7 +148,7 @@ TEST_CASE("verify_chain at a tiny temperature decides like the greedy variant",
   std::mt19937_64 gen(3);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   specdec::sampling::SamplingParams cold;
-  cold.temperature = 1e-6f;
+  cold.temperature = specdec::sampling::kMinTemperature;  // the coldest sampled temperature
   for (int trial = 0; trial < 100; ++trial) {
     const std::size_t vocab = 50;
     const std::size_t k = 4;

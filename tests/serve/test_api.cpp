@@ -144,6 +144,59 @@ TEST_CASE("bad requests are refused naming the field", "[serve][api]") {
         "tools/unsupported_parameter");
 }
 
+TEST_CASE("sampling settings are checked as the floats the sampler gets", "[serve][api]") {
+  // top_p 1e-300 is a positive double but float 0: refused, not a 500 later on.
+  CHECK(refusal({{"prompt", "x"}, {"top_p", 1e-300}}) == "top_p/invalid_value");
+  CHECK(refusal({{"prompt", "x"}, {"min_p", 1e-300}}) == "accepted");  // float 0: min-p off
+  // A temperature below float arithmetic's reach is accepted and sampled greedily (the limit).
+  for (const double t : {1e-39, 1e-45, 1e-300}) {
+    const CompletionRequest r = completion({{"prompt", "x"}, {"temperature", t}});
+    CHECK(r.sampling.greedy());
+  }
+  CHECK_FALSE(completion({{"prompt", "x"}, {"temperature", 1e-5}}).sampling.greedy());
+}
+
+TEST_CASE("errors quote at most a few hundred bytes of what was sent", "[serve][api]") {
+  const std::string huge(1 << 20, 'x');
+  const auto message_of = [](const json& body, Endpoint endpoint) {
+    try {
+      (void)parse_request(body.dump(), endpoint, "m");
+    } catch (const ApiError& e) {
+      return std::string(e.what()) + " | " + e.param;
+    }
+    return std::string("accepted");
+  };
+  const json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
+  for (const auto& [body, endpoint] : std::vector<std::pair<json, Endpoint>>{
+           {{{"prompt", "x"}, {"model", huge}}, Endpoint::completions},
+           {{{"prompt", "x"}, {"stop", json::array({huge, ""})}}, Endpoint::completions},
+           {{{"prompt", "x"}, {"logit_bias", {{huge, 1}}}}, Endpoint::completions},
+           {{{"messages", json::array({{{"role", huge}, {"content", "x"}}})}},
+            Endpoint::chat_completions},
+           {{{"messages",
+              json::array({{{"role", "user"}, {"content", json::array({{{"type", huge}}})}}})}},
+            Endpoint::chat_completions},
+           {{{"messages", msgs}, {"temperature", json::array({huge})}},
+            Endpoint::chat_completions}}) {
+    const std::string message = message_of(body, endpoint);
+    INFO(message.substr(0, 300));
+    CHECK(message != "accepted");
+    CHECK(message.size() < 1300);
+  }
+  CHECK(message_of({{"prompt", "x"}, {"model", huge}}, Endpoint::completions)
+            .find("... (1048576 bytes)") != std::string::npos);
+  // Cut on a character boundary: 'é' is two bytes; 200 bytes would split the 101st.
+  const std::string accents = std::string("a") + [] {
+    std::string s;
+    for (int i = 0; i < 300; ++i) s += "\xc3\xa9";
+    return s;
+  }();
+  const std::string cut = excerpt(accents);
+  CHECK(cut.rfind("a\xc3\xa9", 0) == 0);
+  CHECK(cut.substr(0, cut.find("...")).size() == 199);  // 'a' + 99 whole characters
+  CHECK(excerpt("short") == "short");
+}
+
 TEST_CASE("responses and chunks have OpenAI's shape", "[serve][api]") {
   ResponseInfo info{"cmpl-1", 7, "m", Endpoint::completions};
   const json usage = usage_json(3, 4);

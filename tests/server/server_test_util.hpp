@@ -132,25 +132,30 @@ struct HttpReply {
   int status = 0;
   std::string body;
   nlohmann::json json;  ///< null unless the body is JSON
+  httplib::Headers headers;
 };
-inline HttpReply post(const ServerProcess& s, const std::string& path, const std::string& body) {
+inline HttpReply post(const ServerProcess& s, const std::string& path, const std::string& body,
+                      const httplib::Headers& headers = {}) {
   httplib::Client c = s.client();
-  const auto r = c.Post(path.c_str(), body, "application/json");
+  const auto r = c.Post(path.c_str(), headers, body, "application/json");
   HttpReply reply;
   if (!r) return reply;  // status 0: no answer
   reply.status = r->status;
   reply.body = r->body;
+  reply.headers = r->headers;
   reply.json = nlohmann::json::parse(r->body, nullptr, false);
   if (reply.json.is_discarded()) reply.json = nullptr;
   return reply;
 }
-inline HttpReply get(const ServerProcess& s, const std::string& path) {
+inline HttpReply get(const ServerProcess& s, const std::string& path,
+                     const httplib::Headers& headers = {}) {
   httplib::Client c = s.client();
-  const auto r = c.Get(path.c_str());
+  const auto r = c.Get(path.c_str(), headers);
   HttpReply reply;
   if (!r) return reply;
   reply.status = r->status;
   reply.body = r->body;
+  reply.headers = r->headers;
   reply.json = nlohmann::json::parse(r->body, nullptr, false);
   if (reply.json.is_discarded()) reply.json = nullptr;
   return reply;

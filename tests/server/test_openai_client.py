@@ -268,6 +268,32 @@ def main():
     status = server.stop()
     check(status == 0, f"exit status {status} after SIGTERM")
     print("SIGTERM: exit 0", flush=True)
+
+    # --api-key: the client's api_key is sent as "Authorization: Bearer"; a wrong one is refused
+    # with 401, which the client raises as AuthenticationError.
+    server = Server(args.specdec, ["-m", args.target, "-md", args.draft, "-c", str(context),
+                                   "--api-key", "sk-specdec-test"])
+    try:
+        keyed = openai.OpenAI(base_url=server.base + "/v1", api_key="sk-specdec-test",
+                              max_retries=0, timeout=120)
+        want = generate(args, "def fibonacci(n):", 16, 0.0, 0, context)
+        got = keyed.completions.create(model=model, prompt="def fibonacci(n):", max_tokens=16,
+                                       temperature=0.0, seed=0)
+        check(got.choices[0].text == want["text"], "with the API key: not generate's text")
+        wrong = openai.OpenAI(base_url=server.base + "/v1", api_key="sk-wrong", max_retries=0,
+                              timeout=120)
+        try:
+            wrong.completions.create(model=model, prompt="x", max_tokens=1)
+            raise AssertionError("a wrong API key was accepted")
+        except openai.AuthenticationError as e:
+            check(e.status_code == 401, f"wrong key: {e.status_code}")
+        print("--api-key: the right key passes, a wrong one gets 401", flush=True)
+    except BaseException:
+        print(server.stderr(), file=sys.stderr)
+        server.stop(signal.SIGKILL)
+        raise
+    status = server.stop()
+    check(status == 0, f"exit status {status} after SIGTERM (--api-key server)")
     return 0
 
 

@@ -11,10 +11,18 @@
 //    after hundreds of mutated bodies;
 //  - SIGTERM / SIGINT drain (running requests finish, new ones get 503) and exit 0; a second
 //    signal cancels;
-//  - GET /metrics is valid Prometheus text, /v1/models and /health answer.
+//  - GET /metrics is valid Prometheus text, /v1/models and /health answer;
+//  - --api-key (401 without it, llama-server's public routes open), -to / --timeout.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <random>
@@ -441,6 +449,8 @@ TEST_CASE("requests beyond --parallel wait, beyond --queue get 429", "[server]")
   CHECK(refused.json["error"]["code"] == "rate_limit_exceeded");
   CHECK(refused.json["error"]["type"] == "rate_limit_error");
   CHECK(refused.json["error"]["message"].get<std::string>().find("busy") != std::string::npos);
+  // When to come back (RFC 9110), as the OpenAI clients read it before retrying.
+  CHECK(refused.headers.count("Retry-After") == 1);
   hang_up = true;
   first.get();
   second.get();
@@ -728,6 +738,10 @@ TEST_CASE("GET /metrics is the Prometheus text format, /v1/models and /health an
   CHECK(models.json["data"][0]["id"] == "demo");
   CHECK(models.json["data"][0]["object"] == "model");
   CHECK(models.json["data"][0]["meta"]["context_length"] == 1024);
+  // The model files by name: the server's directories are not shown.
+  CHECK(models.json["data"][0]["meta"]["target"] == "target-q8_0.gguf");
+  CHECK(models.json["data"][0]["meta"]["draft"] == "draft-q8_0.gguf");
+  CHECK(models.body.find(SPECDEC_DEMO_MODELS) == std::string::npos);
   const auto health = get(server, "/health");
   CHECK(health.json["status"] == "ok");
   CHECK(health.json["slots_idle"] == 2);
@@ -788,5 +802,124 @@ TEST_CASE("GET /metrics is the Prometheus text format, /v1/models and /health an
   CHECK(metric(text, "specdec_slots{state=\"idle\"}") == 2);
   CHECK(metric(text, "specdec_engine_seconds_total{phase=\"verify\"}") > 0);
   CHECK(metric(text, "specdec_http_requests_total{endpoint=\"completions\",code=\"200\"}") == 1);
+  CHECK(server.stop() == 0);
+}
+
+TEST_CASE("serve --api-key: requests without the key get 401, the public routes answer", "[server]") {
+  const std::string key_file = (std::filesystem::temp_directory_path() /
+                                ("specdec-keys-" + std::to_string(getpid()) + ".txt"))
+                                   .string();
+  {
+    std::ofstream out(key_file);
+    out << "\n  sk-from-file  \n";
+  }
+  ServerProcess server(pair_args({"--api-key", "sk-one,sk-two", "--api-key-file", key_file}));
+  const std::string body = settings()[0].body().dump();
+  const auto bearer = [](const std::string& key) {
+    return httplib::Headers{{"Authorization", "Bearer " + key}};
+  };
+  for (const httplib::Headers& wrong :
+       {httplib::Headers{}, bearer("sk-on"), bearer("SK-ONE"), bearer("sk-twoo"), bearer(""),
+        httplib::Headers{{"Authorization", "sk-one"}},
+        httplib::Headers{{"Authorization", "Basic sk-one"}}}) {
+    const auto r = post(server, "/v1/completions", body, wrong);
+    CHECK(r.status == 401);
+    CHECK(r.json["error"]["code"] == "invalid_api_key");
+    CHECK(r.headers.count("WWW-Authenticate") == 1);
+  }
+  for (const char* key : {"sk-one", "sk-two", "sk-from-file"})
+    CHECK(post(server, "/v1/completions", body, bearer(key)).status == 200);
+  // llama-server's public routes answer without a key; the metrics do not.
+  CHECK(get(server, "/health").status == 200);
+  CHECK(get(server, "/v1/models").status == 200);
+  CHECK(get(server, "/metrics").status == 401);
+  const auto metrics = get(server, "/metrics", bearer("sk-two"));
+  CHECK(metrics.status == 200);
+  CHECK(metric(metrics.body,
+               "specdec_http_requests_total{endpoint=\"completions\",code=\"401\"}") == 7);
+  // Every response names its request.
+  CHECK(metrics.headers.count("X-Request-Id") == 1);
+  CHECK(server.stop() == 0);
+  std::filesystem::remove(key_file);
+
+  // Keys that cannot be used are refused at the start.
+  CHECK(run_cli({"serve", "-m", demo_target(), "--api-key", " "}).status == 2);
+  CHECK(run_cli({"serve", "-m", demo_target(), "--api-key", "a b"}).status == 2);
+}
+
+TEST_CASE("serve --timeout (-to) bounds a read: a half-sent request is dropped", "[server]") {
+  ServerProcess server(pair_args({"-to", "1", "--metrics"}));
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(server.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string partial = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+  REQUIRE(send(fd, partial.data(), partial.size(), 0) == static_cast<ssize_t>(partial.size()));
+  const auto start = std::chrono::steady_clock::now();
+  char byte = 0;
+  (void)recv(fd, &byte, 1, 0);  // returns when the server closes the connection
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  close(fd);
+  CHECK(waited < 3.0);  // the default read timeout is 5 s
+  CHECK(get(server, "/health").status == 200);
+  CHECK(server.stop() == 0);
+  // llama-server's --metrics is for serve only.
+  const auto refused = run_cli({"generate", "-m", demo_target(), "-p", "x", "--metrics"});
+  CHECK(refused.status == 2);
+}
+
+namespace {
+
+/// Connects to the server, sends `request` and reads until the server closes: the seconds taken.
+double timed_exchange(int port, const std::string& request) {
+  const auto start = std::chrono::steady_clock::now();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 1e9;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0 &&
+      send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
+    char buffer[4096];
+    while (recv(fd, buffer, sizeof buffer, 0) > 0) {
+    }
+  }
+  close(fd);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("a burst of connections is answered at once, and a taken port is refused", "[server]") {
+  ServerProcess server(pair_args());
+  // httplib 0.11 listened with a backlog of 5: in a burst of 200 connections some waited for a
+  // SYN retransmit (1 s or more) in two bursts out of three. Three bursts, none may wait.
+  const std::string health = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  for (int burst = 0; burst < 3; ++burst) {
+    constexpr int kConnections = 200;
+    std::vector<double> seconds(kConnections);
+    std::vector<std::thread> threads;
+    std::atomic<int> ready{0};
+    for (int i = 0; i < kConnections; ++i)
+      threads.emplace_back([&, i] {
+        ready.fetch_add(1);
+        while (ready.load() < kConnections) std::this_thread::yield();
+        seconds[static_cast<std::size_t>(i)] = timed_exchange(server.port(), health);
+      });
+    for (std::thread& t : threads) t.join();
+    CHECK(*std::max_element(seconds.begin(), seconds.end()) < 0.9);
+  }
+  // A second server on the same port fails (httplib's SO_REUSEPORT let it share the port).
+  // (Bounded by timeout(1): a second server that did start would never exit by itself.)
+  const auto second =
+      run_program("timeout", {"20", SPECDEC_CLI, "serve", "-m", demo_target(), "--baseline",
+                              "--port", std::to_string(server.port())});
+  CHECK(second.status != 0);
+  CHECK(second.err.find("is the port in use?") != std::string::npos);
   CHECK(server.stop() == 0);
 }

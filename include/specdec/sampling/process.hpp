@@ -27,8 +27,9 @@
 // The default is transformers' order: the fixtures of tests/sampling are generated with it
 // (tools/gen_sampling_fixtures.py); tools/make_llama_sampling_fixtures.cpp makes llama.cpp's.
 //
-// temperature <= 0 means greedy: a one-hot distribution at the argmax of the logits (the lowest
-// index wins ties). The filters never remove the argmax, so greedy ignores them.
+// temperature < kMinTemperature (0 and below included) means greedy: a one-hot distribution at
+// the argmax of the logits (the lowest index wins ties), the limit of the tempered distribution
+// as T falls to 0. The filters never remove the argmax, so greedy ignores them.
 
 #include <algorithm>
 #include <atomic>
@@ -54,9 +55,15 @@
 
 namespace specdec::sampling {
 
+/// Temperatures below this are greedy (the limit the tempered distribution approaches). Float
+/// arithmetic needs the cut: logit / T overflows to infinity near the smallest floats (T = 1e-39
+/// turned every weight into NaN), and long before that the distribution is one-hot for all but
+/// near-ties. vLLM draws the line at the same place (_SAMPLING_EPS = 1e-5).
+inline constexpr float kMinTemperature = 1e-5f;
+
 /// How logits become a distribution. The defaults are plain softmax sampling.
 struct SamplingParams {
-  float temperature = 1.0f;  ///< <= 0: greedy (argmax)
+  float temperature = 1.0f;  ///< < kMinTemperature (0 included): greedy (argmax)
   int top_k = 0;             ///< 0: off
   float top_p = 1.0f;        ///< in (0, 1]; 1: off
   float min_p = 0.0f;        ///< in [0, 1]; 0: off
@@ -65,13 +72,13 @@ struct SamplingParams {
   /// what they kept (llama.cpp's default chain top-k, top-p, min-p, temperature).
   bool temperature_last = false;
 
-  [[nodiscard]] constexpr bool greedy() const { return temperature <= 0.0f; }
+  [[nodiscard]] constexpr bool greedy() const { return temperature < kMinTemperature; }
 };
 
 /// Throws specdec::Error naming the first bad field.
 inline void validate(const SamplingParams& params) {
   if (std::isnan(params.temperature) || std::isinf(params.temperature)) {
-    throw Error("SamplingParams: temperature must be a finite number (<= 0 for greedy), got " +
+    throw Error("SamplingParams: temperature must be a finite number (0 for greedy), got " +
                 std::to_string(params.temperature));
   }
   if (params.top_k < 0) {

@@ -28,7 +28,12 @@
 
 namespace specdec::serve {
 
-/// An error response: status, and the fields of OpenAI's error object.
+/// A value the client sent, as an error message quotes it: at most `max_bytes` of it (whole UTF-8
+/// characters), then "... (N bytes)". A 15 MB prompt must not come back as a 15 MB error.
+std::string excerpt(std::string_view text, std::size_t max_bytes = 200);
+
+/// An error response: status, and the fields of OpenAI's error object. The message and the param
+/// are capped (excerpt(): 1000 and 200 bytes) whatever they quote.
 struct ApiError : std::runtime_error {
   ApiError(int status, const std::string& message, std::string param = {},
            std::string code = "invalid_value", std::string type = "invalid_request_error");
