@@ -805,7 +805,8 @@ TEST_CASE("GET /metrics is the Prometheus text format, /v1/models and /health an
   CHECK(server.stop() == 0);
 }
 
-TEST_CASE("serve --api-key: requests without the key get 401, the public routes answer", "[server]") {
+TEST_CASE("serve --api-key: requests without the key get 401, the public routes answer",
+          "[server]") {
   const std::string key_file = (std::filesystem::temp_directory_path() /
                                 ("specdec-keys-" + std::to_string(getpid()) + ".txt"))
                                    .string();
