@@ -20,7 +20,7 @@ ApiError::ApiError(int status_, const std::string& message, std::string param_, 
                    std::string type_)
     : std::runtime_error(excerpt(message, 1000)),
       status(status_),
-      param(excerpt(param_, 200)),
+      param(param_.size() <= 200 ? std::move(param_) : excerpt(param_, 200)),
       code(std::move(code_)),
       type(std::move(type_)) {}
 
