@@ -7,13 +7,16 @@
 //   GET  /v1/models, GET /health, GET /metrics         (Prometheus text format)
 //
 // The layers: serve/api.* parses requests and builds responses (OpenAI's objects), serve/engine.*
-// runs the slots (one thread, BatchedRounds), serve/metrics.* counts; this file is the HTTP layer
-// (cpp-httplib) between them, the flags and the shutdown. docs/serve.md documents all of it.
+// runs the slots (one thread, BatchedRounds), serve/metrics.* counts, serve/http.* is the HTTP
+// layer (Boost.Beast: connections, limits, disconnects); this file holds the routes between them,
+// the flags and the shutdown. docs/serve.md documents all of it.
 //
-// Threads: the engine thread (models, rounds); httplib's pool of HTTP threads (parse, tokenize,
-// wait for a job's text, write it); one thread waiting for SIGINT/SIGTERM, which are blocked in
-// every other thread. The first signal drains: new requests get 503, the admitted ones finish,
-// then the server stops and the process exits 0. A second signal cancels what is still running.
+// Threads: the engine thread (models, rounds); the HTTP layer's I/O threads (every socket, and
+// the quick routes); a thread per completion request (parse, tokenize, wait for the job's text,
+// queue it); one thread waiting for SIGINT/SIGTERM, which are blocked in every other thread. The
+// first signal drains: new requests get 503, the admitted ones finish, their answers get
+// --timeout to be written, then the server stops and the process exits 0. A second signal
+// cancels what is still running.
 
 #include <pthread.h>
 #include <signal.h>
@@ -33,7 +36,6 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <httplib.h>
 #include <CLI/CLI.hpp>
 
 #include "args.hpp"
@@ -43,6 +45,7 @@
 #include "specdec/model/chat_template.hpp"
 #include "specdec/serve/api.hpp"
 #include "specdec/serve/engine.hpp"
+#include "specdec/serve/http.hpp"
 #include "specdec/serve/metrics.hpp"
 
 namespace specdec::cli {
@@ -52,6 +55,7 @@ namespace {
 using nlohmann::json;
 using serve::ApiError;
 using serve::Endpoint;
+namespace http = serve::http;
 
 struct ServeOptions : DecodeFlags {
   std::string host = "127.0.0.1";
@@ -67,7 +71,8 @@ struct ServeOptions : DecodeFlags {
   bool no_batching = false;
   std::vector<std::string> api_keys;        ///< --api-key (repeatable, or comma-separated)
   std::optional<std::string> api_key_file;  ///< one key per line
-  std::optional<int> timeout;               ///< --timeout (-to): read and write timeout, seconds
+  std::optional<int> timeout;               ///< --timeout (-to), seconds
+  std::vector<std::string> cors_origins;    ///< --cors-origin
 };
 
 /// Everything the HTTP handlers need, read-only once the server listens (the engine and the
@@ -91,10 +96,10 @@ struct Server {
   std::unique_ptr<serve::Metrics> metrics;
   std::unique_ptr<serve::Engine> engine;
   std::atomic<bool> draining{false};
-  std::atomic<std::size_t> in_flight{0};  ///< completion responses not yet fully written
   std::atomic<std::uint64_t> next_id{1};
-  std::atomic<std::uint64_t> next_request{1};  ///< X-Request-Id of every HTTP request
-  std::vector<std::string> api_keys;           ///< empty: no authentication
+  std::vector<std::string> api_keys;      ///< empty: no authentication
+  std::vector<std::string> cors_origins;  ///< --cors-origin: empty, no cross-origin requests
+  bool verbose = false;
 };
 
 // ------------------------------------------------------------------------ authentication
@@ -114,12 +119,12 @@ bool equal_in_constant_time(std::string_view a, std::string_view b) {
 
 /// Whether the request carries one of the keys as the OpenAI clients send it
 /// ("Authorization: Bearer KEY"). Every key is compared, so the time does not say which matched.
-bool authorised(const Server& s, const httplib::Request& req) {
+bool authorised(const Server& s, const http::Request& req) {
   constexpr std::string_view kBearer = "Bearer ";
-  const std::string header = req.get_header_value("Authorization");
+  const std::string_view header = req.header("Authorization");
   if (header.size() <= kBearer.size() || header.compare(0, kBearer.size(), kBearer) != 0)
     return false;
-  const std::string_view key = std::string_view(header).substr(kBearer.size());
+  const std::string_view key = header.substr(kBearer.size());
   bool match = false;
   for (const std::string& k : s.api_keys) match = equal_in_constant_time(key, k) || match;
   return match;
@@ -127,6 +132,24 @@ bool authorised(const Server& s, const httplib::Request& req) {
 
 /// The routes anyone may read with --api-key set (llama-server's public endpoints).
 bool is_public(const std::string& path) { return path == "/health" || path == "/v1/models"; }
+
+// ------------------------------------------------------------------------ CORS
+
+/// Whether a browser page from `origin` may read the answers (--cors-origin; "*": any).
+bool cors_allowed(const Server& s, std::string_view origin) {
+  if (origin.empty()) return false;
+  return std::any_of(s.cors_origins.begin(), s.cors_origins.end(),
+                     [origin](const std::string& o) { return o == "*" || o == origin; });
+}
+
+/// A request a browser sent from a page of another origin: it names its Origin, and that is not
+/// this server's own (http://HOST as the request addressed it). Such a request can be "simple"
+/// (a text/plain POST needs no preflight), so it is refused before it runs, not only hidden from
+/// the page: a page must not be able to start generations on a server it was not allowed.
+bool cross_origin(const http::Request& req) {
+  const std::string_view origin = req.header("Origin");
+  return !origin.empty() && origin != fmt::format("http://{}", req.header("Host"));
+}
 
 /// --api-key and the lines of --api-key-file (blank lines and surrounding spaces ignored).
 std::vector<std::string> read_api_keys(const ServeOptions& o) {
@@ -167,14 +190,15 @@ std::vector<std::string> read_api_keys(const ServeOptions& o) {
 
 // ------------------------------------------------------------------------ helpers
 
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n",
-                  "application/json");
+http::Response json_response(int status, const json& body) {
+  http::Response r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  return r;
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  send_json(res, e.status, serve::error_json(e));
+http::Response error_response(const ApiError& e) {
+  return json_response(e.status, serve::error_json(e));
 }
 
 /// The route's name in the metrics.
@@ -185,6 +209,31 @@ std::string endpoint_label(const std::string& path) {
   if (path == "/health") return "health";
   if (path == "/metrics") return "metrics";
   return "other";
+}
+
+/// What every response passes on its way out: counted in the metrics (before it is written, so
+/// that a client reading /metrics right after its answer finds it counted), a 429 says when to
+/// come back, the CORS header for an allowed origin, every 5xx logged with its request id.
+void decorate(const Server& s, const http::Request* req, const std::string& request_id,
+              http::Response& res) {
+  const std::string path = req ? req->path : std::string();
+  s.metrics->http_request(endpoint_label(path), res.status);
+  if (res.status == 429) res.headers.push_back({"Retry-After", "1"});
+  if (req && !s.cors_origins.empty() && !req->header("Origin").empty())
+    res.headers.push_back({"Vary", "Origin"});
+  if (req && cors_allowed(s, req->header("Origin")))
+    res.headers.push_back({"Access-Control-Allow-Origin", std::string(req->header("Origin"))});
+  if (res.status >= 500)
+    fmt::print(stderr, "specdec serve: {} {} {} -> {}: {}\n", request_id, req ? req->method : "-",
+               req ? req->path : "-", res.status, serve::excerpt(res.body, 500));
+  if (s.verbose)
+    fmt::print(stderr, "specdec serve: {} {} {} -> {}\n", request_id, req ? req->method : "-",
+               req ? req->target : "-", res.status);
+}
+
+void respond(const Server& s, http::Exchange& ex, http::Response res) {
+  decorate(s, &ex.request(), ex.request().id, res);
+  ex.respond(std::move(res));
 }
 
 std::uint64_t random_seed() {
@@ -280,32 +329,15 @@ json speculative_json(const Server& s, const serve::Job& job) {
 
 // ------------------------------------------------------------------------ completions
 
-/// Decrements Server::in_flight when the response is done (written or abandoned).
-struct InFlight {
-  explicit InFlight(Server& s) : server(&s) { ++s.in_flight; }
-  InFlight(const InFlight&) = delete;
-  InFlight& operator=(const InFlight&) = delete;
-  ~InFlight() { --server->in_flight; }
-  Server* server;
-};
-
-/// What a streamed response keeps between calls of its content provider.
-struct Stream {
-  std::shared_ptr<serve::Job> job;
-  serve::ResponseInfo info;
-  bool include_usage = false;
-  bool logprobs = false;        ///< the request asked for them: every chunk carries its tokens'
-  std::size_t text_offset = 0;  ///< completions' text_offset: the text streamed so far
-  bool first = true;
-  std::shared_ptr<InFlight> in_flight;
-};
-
-void handle_completion(Server& s, const httplib::Request& req, httplib::Response& res,
-                       Endpoint endpoint) {
-  auto in_flight = std::make_shared<InFlight>(s);
+/// Answers a completion: parse, tokenize, submit, then wait for the job and write its answer (at
+/// once, or as server-sent events while it is generated). Runs on a thread of its own (the HTTP
+/// layer's blocking handlers). A client found gone cancels the job: the engine frees its slot
+/// before the next round.
+void handle_completion(Server& s, http::Exchange& ex, Endpoint endpoint) {
   if (s.draining.load())
     throw ApiError(503, "the server is shutting down", "", "server_draining", "server_error");
-  const serve::CompletionRequest r = serve::parse_request(req.body, endpoint, s.model_name);
+  const serve::CompletionRequest r =
+      serve::parse_request(ex.request().body, endpoint, s.model_name);
   std::vector<token_t> ids = prompt_tokens(s, r);
   const std::size_t prompt_size = ids.size();
   auto job = std::make_shared<serve::Job>(std::move(ids), generation_config(s, r));
@@ -322,6 +354,7 @@ void handle_completion(Server& s, const httplib::Request& req, httplib::Response
     case serve::Engine::Admission::draining:
       throw ApiError(503, "the server is shutting down", "", "server_draining", "server_error");
   }
+  ex.on_client_gone([job] { job->cancel(); });
   serve::ResponseInfo info;
   info.id = fmt::format("{}-{:x}", endpoint == Endpoint::chat_completions ? "chatcmpl" : "cmpl",
                         s.next_id.fetch_add(1));
@@ -331,105 +364,138 @@ void handle_completion(Server& s, const httplib::Request& req, httplib::Response
 
   if (!r.stream) {
     job->wait_finished();
+    if (ex.client_gone()) return;
     if (!job->error().empty())
       throw ApiError(500, job->error(), "", "generation_failed", "server_error");
     const GenerationResult& result = job->result();
-    send_json(res, 200,
-              serve::response_json(
-                  info, result.text, result.stop_reason,
-                  serve::usage_json(prompt_size, result.tokens.size()), speculative_json(s, *job),
-                  r.logprobs ? serve::logprobs_json(endpoint, *s.tokenizer, result.logprobs)
-                             : json(nullptr)));
+    respond(s, ex,
+            json_response(
+                200,
+                serve::response_json(
+                    info, result.text, result.stop_reason,
+                    serve::usage_json(prompt_size, result.tokens.size()), speculative_json(s, *job),
+                    r.logprobs ? serve::logprobs_json(endpoint, *s.tokenizer, result.logprobs)
+                               : json(nullptr))));
     return;
   }
 
-  auto stream = std::make_shared<Stream>();
-  stream->job = job;
-  stream->info = info;
-  stream->include_usage = r.include_usage;
-  stream->logprobs = r.logprobs.has_value();
-  stream->in_flight = in_flight;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [&s, stream, prompt_size](std::size_t, httplib::DataSink& sink) {
-        serve::Job& job = *stream->job;
-        std::string out;
-        if (stream->first && stream->info.endpoint == Endpoint::chat_completions) {
-          // OpenAI's first chunk of a chat stream: the role, no content yet.
-          json chunk = serve::chunk_json(stream->info, "", true, std::nullopt);
-          chunk["choices"][0]["delta"]["content"] = "";
-          out += serve::sse_event(chunk);
-          stream->first = false;
-        }
-        const serve::Job::Update update = job.wait(std::chrono::milliseconds(100));
-        // A chunk's logprobs: those of its tokens (null when the request asked for none); the
-        // completions' text_offset goes on past them.
-        const auto logprobs = [&](std::span<const sampling::TokenLogprob> lps) {
-          if (!stream->logprobs) return json(nullptr);
-          json j =
-              serve::logprobs_json(stream->info.endpoint, *s.tokenizer, lps, stream->text_offset);
-          for (const auto& lp : lps)
-            stream->text_offset += s.tokenizer->token_bytes(lp.token).size();
-          return j;
-        };
-        for (const serve::Job::Piece& piece : update.pieces) {
-          out += serve::sse_event(serve::chunk_json(stream->info, piece.text, stream->first, {},
-                                                    nullptr, logprobs(piece.logprobs)));
-          stream->first = false;
-        }
-        if (update.finished) {
-          if (!job.error().empty()) {
-            out += serve::sse_event(serve::error_json(
-                ApiError(500, job.error(), "", "generation_failed", "server_error")));
-          } else {
-            const GenerationResult& result = job.result();
-            // The tokens that released no text (a stop string's) come with the last chunk.
-            out += serve::sse_event(serve::chunk_json(
-                stream->info, "", stream->first, result.stop_reason, speculative_json(s, job),
-                update.trailing.empty() ? json(nullptr) : logprobs(update.trailing)));
-            if (stream->include_usage)
-              out += serve::sse_event(serve::usage_chunk_json(
-                  stream->info, serve::usage_json(prompt_size, result.tokens.size())));
-          }
-          out += "data: [DONE]\n\n";
-        }
-        if (!out.empty() && !sink.write(out.data(), out.size())) {
-          job.cancel();  // the client is gone: the engine frees the slot before its next round
-          return false;
-        }
-        if (update.finished) sink.done();
-        return true;
-      },
-      [stream](bool success) {
-        if (!success) stream->job->cancel();
-        stream->in_flight.reset();
-      });
+  http::Response head;
+  head.content_type = "text/event-stream";
+  head.headers.push_back({"Cache-Control", "no-cache"});
+  decorate(s, &ex.request(), ex.request().id, head);
+  ex.start_stream(std::move(head));
+  const bool with_logprobs = r.logprobs.has_value();
+  std::size_t text_offset = 0;  // completions' text_offset: the text streamed so far
+  // A chunk's logprobs: those of its tokens (null when the request asked for none); the
+  // completions' text_offset goes on past them.
+  const auto logprobs = [&](std::span<const sampling::TokenLogprob> lps) {
+    if (!with_logprobs) return json(nullptr);
+    json j = serve::logprobs_json(endpoint, *s.tokenizer, lps, text_offset);
+    for (const auto& lp : lps) text_offset += s.tokenizer->token_bytes(lp.token).size();
+    return j;
+  };
+  bool first = true;
+  if (endpoint == Endpoint::chat_completions) {
+    // OpenAI's first chunk of a chat stream: the role, no content yet.
+    json chunk = serve::chunk_json(info, "", true, std::nullopt);
+    chunk["choices"][0]["delta"]["content"] = "";
+    ex.write(serve::sse_event(chunk));
+    first = false;
+  }
+  for (;;) {
+    const serve::Job::Update update = job->wait(std::chrono::milliseconds(100));
+    std::string out;
+    for (const serve::Job::Piece& piece : update.pieces) {
+      out += serve::sse_event(
+          serve::chunk_json(info, piece.text, first, {}, nullptr, logprobs(piece.logprobs)));
+      first = false;
+    }
+    if (update.finished) {
+      if (!job->error().empty()) {
+        out += serve::sse_event(serve::error_json(
+            ApiError(500, job->error(), "", "generation_failed", "server_error")));
+      } else {
+        const GenerationResult& result = job->result();
+        // The tokens that released no text (a stop string's) come with the last chunk.
+        out += serve::sse_event(
+            serve::chunk_json(info, "", first, result.stop_reason, speculative_json(s, *job),
+                              update.trailing.empty() ? json(nullptr) : logprobs(update.trailing)));
+        if (r.include_usage)
+          out += serve::sse_event(
+              serve::usage_chunk_json(info, serve::usage_json(prompt_size, result.tokens.size())));
+      }
+      out += "data: [DONE]\n\n";
+    }
+    if (!ex.write(std::move(out))) {
+      job->cancel();  // the client is gone
+      return;
+    }
+    if (update.finished) break;
+  }
+  ex.end();
 }
 
-// ------------------------------------------------------------------------ the server
+// ------------------------------------------------------------------------ the routes
 
-void add_routes(httplib::Server& http, Server& s) {
-  auto guarded = [&s](Endpoint endpoint) {
-    return [&s, endpoint](const httplib::Request& req, httplib::Response& res) {
-      try {
-        handle_completion(s, req, res, endpoint);
-      } catch (const ApiError& e) {
-        send_error(res, e);
-      } catch (const std::exception& e) {
-        send_error(res, ApiError(500, e.what(), "", "internal_error", "server_error"));
-      }
-    };
-  };
-  http.Post("/v1/completions", guarded(Endpoint::completions));
-  http.Post("/v1/chat/completions", guarded(Endpoint::chat_completions));
-  for (const char* path : {"/v1/completions", "/v1/chat/completions"})
-    http.Get(path, [](const httplib::Request& req, httplib::Response& res) {
-      send_error(res, ApiError(405, fmt::format("{} takes POST requests", req.path), "",
-                               "method_not_allowed"));
-    });
+/// The routes, as llama-server has them. /health, /metrics and /v1/models answer on the HTTP
+/// layer's I/O threads; completions get a thread of their own (blocking()).
+void route(Server& s, http::Exchange& ex) {
+  const http::Request& req = ex.request();
+  const bool completion = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
+  // With --api-key, a request without a valid key gets a 401 (the public routes excepted).
+  if (!s.api_keys.empty() && !is_public(req.path) && !authorised(s, req)) {
+    http::Response res = error_response(
+        ApiError(401,
+                 "invalid or missing API key: send it as 'Authorization: Bearer KEY' (the OpenAI "
+                 "clients' api_key)",
+                 "", "invalid_api_key"));
+    res.headers.push_back({"WWW-Authenticate", "Bearer"});
+    return respond(s, ex, std::move(res));
+  }
+  // A page of another origin may only reach the server as --cors-origin allows.
+  if (cross_origin(req) && !cors_allowed(s, req.header("Origin")))
+    return respond(s, ex,
+                   error_response(ApiError(
+                       403,
+                       fmt::format("cross-origin request from {} refused (start the server with "
+                                   "--cors-origin ORIGIN to allow a web page to use it)",
+                                   serve::excerpt(req.header("Origin"), 200)),
+                       "", "cross_origin_refused")));
+  if (req.method == "OPTIONS") {  // a CORS preflight of an allowed origin, or a plain OPTIONS
+    http::Response res;
+    res.status = 204;
+    res.content_type.clear();
+    res.headers.push_back({"Allow", completion ? "POST, OPTIONS" : "GET, OPTIONS"});
+    if (cors_allowed(s, req.header("Origin"))) {
+      res.headers.push_back({"Access-Control-Allow-Methods", "GET, POST, OPTIONS"});
+      res.headers.push_back({"Access-Control-Allow-Headers", "Authorization, Content-Type"});
+      res.headers.push_back({"Access-Control-Max-Age", "600"});
+    }
+    return respond(s, ex, std::move(res));
+  }
 
-  http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
+  if (completion) {
+    if (req.method != "POST")
+      return respond(s, ex,
+                     error_response(ApiError(405, fmt::format("{} takes POST requests", req.path),
+                                             "", "method_not_allowed")));
+    const Endpoint endpoint =
+        req.path == "/v1/completions" ? Endpoint::completions : Endpoint::chat_completions;
+    try {
+      handle_completion(s, ex, endpoint);
+    } catch (const ApiError& e) {
+      respond(s, ex, error_response(e));
+    } catch (const std::exception& e) {
+      respond(s, ex, error_response(ApiError(500, e.what(), "", "internal_error", "server_error")));
+    }
+    return;
+  }
+  const bool known = req.path == "/v1/models" || req.path == "/health" || req.path == "/metrics";
+  if (known && req.method != "GET")
+    return respond(s, ex,
+                   error_response(ApiError(405, fmt::format("{} takes GET requests", req.path), "",
+                                           "method_not_allowed")));
+  if (req.path == "/v1/models") {
     // File names only: the server's directories are nobody's business.
     json meta = {{"target", std::filesystem::path(s.target_path).filename().string()},
                  {"drafter", s.setup.label()},
@@ -439,55 +505,40 @@ void add_routes(httplib::Server& http, Server& s) {
                   s.chat_template ? json(std::string(s.chat_template->name())) : json(nullptr)}};
     if (!s.draft_path.empty())
       meta["draft"] = std::filesystem::path(s.draft_path).filename().string();
-    send_json(res, 200,
-              {{"object", "list"},
-               {"data", json::array({{{"id", s.model_name},
-                                      {"object", "model"},
-                                      {"created", s.created},
-                                      {"owned_by", "specdec"},
-                                      {"meta", meta}}})}});
-  });
-  http.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
+    return respond(s, ex,
+                   json_response(200, {{"object", "list"},
+                                       {"data", json::array({{{"id", s.model_name},
+                                                              {"object", "model"},
+                                                              {"created", s.created},
+                                                              {"owned_by", "specdec"},
+                                                              {"meta", meta}}})}}));
+  }
+  if (req.path == "/health") {
     const serve::Engine::Load load = s.engine->load();
     const bool draining = load.draining || s.draining.load();
-    send_json(res, draining ? 503 : 200,
-              {{"status", draining ? "draining" : "ok"},
-               {"slots_idle", load.slots - load.busy},
-               {"slots_processing", load.busy},
-               {"queued", load.queued}});
-  });
-  http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-    res.set_content(s.metrics->render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-
-  // Whatever httplib answers by itself (404 unknown route, 413 body too large, 400 a malformed
-  // request line) gets an OpenAI-style body too.
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string message =
-        res.status == 404 ? fmt::format("no route {} {} (see docs/serve.md)", req.method, req.path)
-        : res.status == 413 ? std::string("the request body is too large")
-                            : fmt::format("HTTP status {}", res.status);
-    send_json(res, res.status,
-              serve::error_json(ApiError(res.status, message, "",
-                                         res.status == 404 ? "not_found" : "invalid_request")));
-  });
-  http.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, const std::exception_ptr& error) {
-        std::string what = "unknown error";
-        try {
-          std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        send_error(res, ApiError(500, what, "", "internal_error", "server_error"));
-      });
+    return respond(s, ex,
+                   json_response(draining ? 503 : 200, {{"status", draining ? "draining" : "ok"},
+                                                        {"slots_idle", load.slots - load.busy},
+                                                        {"slots_processing", load.busy},
+                                                        {"queued", load.queued}}));
+  }
+  if (req.path == "/metrics") {
+    http::Response res;
+    res.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    res.body = s.metrics->render();
+    return respond(s, ex, std::move(res));
+  }
+  respond(s, ex,
+          error_response(ApiError(404,
+                                  fmt::format("no route {} {} (see docs/serve.md)", req.method,
+                                              serve::excerpt(req.path, 200)),
+                                  "", "not_found")));
 }
 
 /// Waits for SIGINT / SIGTERM (blocked in every thread, so only this one receives them): the
 /// first drains and stops the server, a second cancels what is still running.
-void watch_signals(Server& s, httplib::Server& http, const std::atomic<bool>& listen_returned) {
+void watch_signals(Server& s, http::Server& http, std::chrono::seconds last_writes,
+                   const std::atomic<bool>& run_returned) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -497,7 +548,7 @@ void watch_signals(Server& s, httplib::Server& http, const std::atomic<bool>& li
   for (;;) {
     const timespec tick{0, 100'000'000};
     const int sig = sigtimedwait(&set, nullptr, &tick);
-    if (listen_returned.load()) break;
+    if (run_returned.load()) break;
     if (sig != SIGINT && sig != SIGTERM) continue;
     if (++signals == 1) {
       const serve::Engine::Load load = s.engine->load();
@@ -507,16 +558,13 @@ void watch_signals(Server& s, httplib::Server& http, const std::atomic<bool>& li
                  sig == SIGINT ? "SIGINT" : "SIGTERM", load.busy, load.queued);
       s.draining.store(true);
       s.engine->drain();
-      drainer = std::thread([&s, &http, &listen_returned] {
+      drainer = std::thread([&s, &http, last_writes] {
         s.engine->join();
-        // Let the last responses be written (a stuck client gets 30 s).
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-        while (s.in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        while (!listen_returned.load()) {  // stop() is a no-op until listening has begun
-          http.stop();
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
+        // No new connections; the last answers get --timeout to be written, then everything
+        // still open is closed.
+        http.drain();
+        http.wait_idle(last_writes);
+        http.stop();
       });
     } else if (signals == 2) {
       fmt::print(stderr, "specdec serve: cancelling the requests still running\n");
@@ -549,83 +597,48 @@ void check_slots_memory(const LoadedModel& target, const cpu::Options& target_op
 void listen_and_serve(const ServeOptions& o, Server& s) {
   s.created = static_cast<std::int64_t>(std::time(nullptr));
 
-  httplib::Server http;
-  // One HTTP thread per request that can be running or queued, and some for /health, /metrics
-  // and the requests refused with 429 (a streaming request holds its thread until it ends).
-  const std::size_t threads = o.http_threads != 0 ? o.http_threads : o.parallel + o.queue + 8;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_payload_max_length(std::size_t{16} << 20);
-  http.set_keep_alive_timeout(5);
-  if (o.timeout) {
-    http.set_read_timeout(*o.timeout);
-    http.set_write_timeout(*o.timeout);
-  }
-  // Before routing: every request gets an id (X-Request-Id, named in the log of a 5xx), and with
-  // --api-key a request without a valid key gets a 401 (OpenAI's error; the public routes
-  // excepted).
-  http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
-    res.set_header("X-Request-Id", fmt::format("req-{}", s.next_request.fetch_add(1)));
-    if (s.api_keys.empty() || is_public(req.path) || authorised(s, req))
-      return httplib::Server::HandlerResponse::Unhandled;
-    res.set_header("WWW-Authenticate", "Bearer");
-    send_error(res, ApiError(401,
-                             "invalid or missing API key: send it as 'Authorization: Bearer KEY' "
-                             "(the OpenAI clients' api_key)",
-                             "", "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Counted before the response is written (httplib calls the post-routing handler for every
-  // response, just before its status line), so that a client that reads /metrics right after
-  // its answer finds it counted; the logger runs only after the body has been sent. A 429 says
-  // when to come back; every 5xx is logged with its request id.
-  http.set_post_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
-    s.metrics->http_request(endpoint_label(req.path), res.status);
-    if (res.status == 429) res.set_header("Retry-After", "1");
-    if (res.status >= 500)
-      fmt::print(stderr, "specdec serve: {} {} {} -> {}: {}\n",
-                 res.get_header_value("X-Request-Id"), req.method, req.path, res.status,
-                 serve::excerpt(res.body, 500));
-  });
-  if (o.verbose)
-    http.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-      fmt::print(stderr, "specdec serve: {} {} -> {}\n", req.method, req.path, res.status);
-    });
-  add_routes(http, s);
-
-  // The listening socket, set up here rather than by httplib 0.11, which sets SO_REUSEPORT (a
-  // second server on the same port then shares it silently instead of failing) and listens with
-  // a backlog of 5 (a burst of connections waits for SYN retransmits, a second or more). Here:
-  // SO_REUSEADDR only, and the backlog raised once httplib has bound and listened (on Linux a
-  // second listen() sets the backlog of a listening socket).
-  int listen_fd = -1;
-  http.set_socket_options([&listen_fd](int sock) {
-    const int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listen_fd = sock;
-  });
-  int port = o.port;
-  if (port == 0) {
-    port = http.bind_to_any_port(o.host);
-    if (port < 0) throw Error(fmt::format("serve: cannot listen on {} (any port)", o.host));
-  } else if (!http.bind_to_port(o.host, port)) {
-    throw Error(fmt::format("serve: cannot listen on {}:{} (is the port in use?)", o.host, port));
-  }
-  constexpr int kListenBacklog = 512;
-  if (listen_fd < 0 || ::listen(listen_fd, kListenBacklog) != 0)
-    warn(fmt::format("serve: could not raise the listen backlog to {}", kListenBacklog));
+  http::Options options;
+  options.host = o.host;
+  options.port = o.port;
+  // A thread per request that can be running or queued, and some for the requests refused with
+  // 429 (a completion holds its thread until its answer is queued).
+  options.max_handlers = o.http_threads != 0 ? o.http_threads : o.parallel + o.queue + 8;
+  const std::chrono::seconds timeout(o.timeout.value_or(30));
+  options.request_timeout = timeout;
+  options.write_timeout = timeout;
+  http::Callbacks callbacks;
+  callbacks.handle = [&s](const std::shared_ptr<http::Exchange>& ex) { route(s, *ex); };
+  callbacks.blocking = [](const http::Request& req) {
+    return req.method == "POST" &&
+           (req.path == "/v1/completions" || req.path == "/v1/chat/completions");
+  };
+  // What the HTTP layer refuses by itself (malformed, too large, compressed, busy) gets an
+  // OpenAI-style body too.
+  callbacks.error = [&s](int status, const std::string& message, const std::string& id) {
+    const char* code = status == 413   ? "request_too_large"
+                       : status == 429 ? "rate_limit_exceeded"
+                       : status == 415 ? "unsupported_encoding"
+                       : status >= 500 ? "server_error"
+                                       : "invalid_request";
+    http::Response res = error_response(ApiError(
+        status, message, "", code, status >= 500 ? "server_error" : "invalid_request_error"));
+    decorate(s, nullptr, id, res);
+    return res;
+  };
+  http::Server http(options, callbacks);
+  const int port = http.listen();
   fmt::print(stderr,
              "specdec serve: {} ({}), {} slots on the {} backend, listening on http://{}:{}\n",
              s.model_name, s.setup.label(), o.parallel, backend_name(s.backend), o.host, port);
   std::fflush(stderr);
 
-  std::atomic<bool> listen_returned{false};
-  std::thread signals([&] { watch_signals(s, http, listen_returned); });
-  const bool ok = http.listen_after_bind();
-  listen_returned.store(true);
+  std::atomic<bool> run_returned{false};
+  std::thread signals([&] { watch_signals(s, http, timeout, run_returned); });
+  http.run();
+  run_returned.store(true);
   signals.join();
   s.engine->cancel_all();
   s.engine->join();
-  if (!ok && !s.draining.load()) throw Error("serve: the HTTP server stopped unexpectedly");
   fmt::print(stderr, "specdec serve: stopped\n");
 }
 
@@ -692,7 +705,7 @@ void run_serve(const ServeOptions& o) {
   (void)o.models.kv_type();
 
   // Signals: blocked from here on in this thread and every thread it starts (the engine's, the
-  // CPU backend's pool, httplib's); watch_signals() takes them with sigtimedwait.
+  // CPU backend's pool, the HTTP layer's); watch_signals() takes them with sigtimedwait.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -702,6 +715,8 @@ void run_serve(const ServeOptions& o) {
 
   Server s;
   s.api_keys = read_api_keys(o);
+  s.cors_origins = o.cors_origins;
+  s.verbose = o.verbose;
   s.setup = setup;
   s.slots = o.parallel;
   s.target_path = o.target;
@@ -749,8 +764,14 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--api-key-file", o->api_key_file, "API keys, one per line (as --api-key)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--timeout", o->timeout,
-                  "seconds a read or a write of a connection may take (default: 5)")
+                  "seconds a request's headers and body may take to arrive, and each write of "
+                  "an answer (default: 30)")
       ->check(CLI::Range(1, 86400));
+  cmd->add_option("--cors-origin", o->cors_origins,
+                  "a web page origin (https://host:port) allowed to call the server from a "
+                  "browser, or * for any; repeatable (default: none, cross-origin requests get "
+                  "403)")
+      ->type_name("ORIGIN");
   cmd->add_flag("--no-batching", o->no_batching,
                 "run the slots' rounds one after the other instead of batched (to measure what "
                 "batching gains; the tokens are the same)");
