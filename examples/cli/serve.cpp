@@ -426,7 +426,7 @@ void handle_completion(Server& s, http::Exchange& ex, Endpoint endpoint) {
       }
       out += "data: [DONE]\n\n";
     }
-    if (!ex.write(std::move(out))) {
+    if (!ex.write(out)) {
       job->cancel();  // the client is gone
       return;
     }

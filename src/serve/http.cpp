@@ -475,14 +475,14 @@ Exchange::~Exchange() {
   }
 }
 
-void Exchange::respond(Response response) {
+void Exchange::respond(const Response& response) {
   if (answered_) return;
   answered_ = true;
   connection_->post_respond(serial_,
                             serialize(response, request_.id, connection_->keep_alive(), false));
 }
 
-void Exchange::start_stream(Response head) {
+void Exchange::start_stream(const Response& head) {
   if (answered_) return;
   answered_ = true;
   streaming_ = true;
@@ -491,7 +491,7 @@ void Exchange::start_stream(Response head) {
       serial_, serialize(head, request_.id, connection_->keep_alive(), true), event_stream);
 }
 
-bool Exchange::write(std::string data) {
+bool Exchange::write(std::string_view data) {
   if (!streaming_ || ended_ || connection_->gone(serial_)) return false;
   if (!data.empty()) connection_->post_chunk(serial_, chunk(data), false);
   return true;

@@ -90,11 +90,11 @@ class Exchange {
 
   [[nodiscard]] const Request& request() const { return request_; }
 
-  void respond(Response response);
+  void respond(const Response& response);
   /// A chunked response: the status and headers now, the body as write() gives it.
-  void start_stream(Response head);
+  void start_stream(const Response& head);
   /// Queues a piece of a streamed body; false once the client is gone (nothing more is sent).
-  bool write(std::string data);
+  bool write(std::string_view data);
   void end();
 
   /// f runs once, on an I/O thread, when the client is found gone before the response was
