@@ -241,6 +241,22 @@ std::uint64_t random_seed() {
   return (std::uint64_t{device()} << 32) | device();
 }
 
+/// Refuses, before it is tokenized, a prompt text whose bytes need more tokens than the context
+/// holds (Tokenizer::max_bytes_per_token): tokenizing costs tens of bytes of memory per byte of
+/// text, and a request must not cost more than its context.
+void check_prompt_bytes(const Server& s, std::size_t bytes, const char* param) {
+  const std::optional<std::size_t> per_token = s.tokenizer->max_bytes_per_token();
+  if (!per_token) return;  // this tokenizer can encode any length in a few tokens
+  const std::size_t most = (s.context_length - 1) * *per_token;
+  if (bytes > most)
+    throw ApiError(400,
+                   fmt::format("the prompt has {} bytes but at most {} can fit the context's {} "
+                               "positions (a token of this model stands for at most {} bytes; the "
+                               "server's -c sets the context)",
+                               bytes, most, s.context_length, *per_token),
+                   param, "context_length_exceeded");
+}
+
 /// The prompt's token ids: a text prompt tokenized as `specdec generate` does (BOS as the model
 /// wants), token ids checked against the vocabulary, a conversation rendered with the chat
 /// template. Refuses a prompt that leaves no room to generate.
@@ -255,6 +271,7 @@ std::vector<token_t> prompt_tokens(const Server& s, const serve::CompletionReque
     } catch (const Error& e) {
       throw ApiError(400, e.what(), "messages");
     }
+    check_prompt_bytes(s, text.size(), "messages");
     ids = tokenize_chat(*s.tokenizer, text, true);
   } else if (r.prompt_ids) {
     for (const std::int64_t id : *r.prompt_ids) {
@@ -266,6 +283,7 @@ std::vector<token_t> prompt_tokens(const Server& s, const serve::CompletionReque
       ids.push_back(static_cast<token_t>(id));
     }
   } else {
+    check_prompt_bytes(s, r.prompt.size(), "prompt");
     ids = s.tokenizer->encode(r.prompt, true);
   }
   if (ids.empty()) throw ApiError(400, "the prompt has no tokens", "prompt");
@@ -593,6 +611,18 @@ void check_slots_memory(const LoadedModel& target, const cpu::Options& target_op
         available->limit, cpu::format_bytes(available->bytes)));
 }
 
+/// The largest request body worth reading: 16 MiB, or less when the prompt the context can hold
+/// is shorter (Tokenizer::max_bytes_per_token): six times its bytes (JSON's worst escaping,
+/// "\u001f" for one byte) and 4 MiB for the other fields (a logit_bias over a whole vocabulary).
+/// A body past it is refused (413) while it arrives, before it costs its size several times
+/// over in parsing.
+std::size_t body_limit(const Server& s) {
+  constexpr std::size_t kMost = std::size_t{16} << 20, kOtherFields = std::size_t{4} << 20;
+  const std::optional<std::size_t> per_token = s.tokenizer->max_bytes_per_token();
+  if (!per_token) return kMost;
+  return std::min(kMost, 6 * (s.context_length - 1) * *per_token + kOtherFields);
+}
+
 /// Listens until SIGINT / SIGTERM, then stops the engine.
 void listen_and_serve(const ServeOptions& o, Server& s) {
   s.created = static_cast<std::int64_t>(std::time(nullptr));
@@ -603,6 +633,7 @@ void listen_and_serve(const ServeOptions& o, Server& s) {
   // A thread per request that can be running or queued, and some for the requests refused with
   // 429 (a completion holds its thread until its answer is queued).
   options.max_handlers = o.http_threads != 0 ? o.http_threads : o.parallel + o.queue + 8;
+  options.max_body_bytes = body_limit(s);
   const std::chrono::seconds timeout(o.timeout.value_or(30));
   options.request_timeout = timeout;
   options.write_timeout = timeout;

@@ -469,6 +469,7 @@ Exchange::Exchange(std::shared_ptr<Connection> connection, Request request)
 
 Exchange::~Exchange() {
   if (!answered_) {
+    if (connection_->gone(serial_)) return;  // nobody to answer (a cancelled request)
     respond(connection_->server().callbacks.error(500, "the request got no response", request_.id));
   } else if (streaming_ && !ended_) {
     end();

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <queue>
 #include <vector>
@@ -74,6 +75,13 @@ class ByteLevelBpe final : public Tokenizer {
   }
   void decode_step(DecodeState& state, token_t id, std::string& out) const override;
   void decode_finish(DecodeState& state, std::string& out) const override;
+  /// A piece spells each byte it stands for with one or two characters of the byte alphabet (an
+  /// added token, with its own bytes): the longest piece bounds a token's bytes. NFC can shorten
+  /// a text: a Hangul syllable written as three jamo (9 bytes) becomes one character (3 bytes),
+  /// the most any composition saves, so with NFC the bound is three times that.
+  [[nodiscard]] std::optional<std::size_t> max_bytes_per_token() const override {
+    return longest_piece_ * (nfc_ ? 3 : 1);
+  }
   [[nodiscard]] std::size_t vocab_size() const override { return pieces_.size(); }
   [[nodiscard]] token_t bos() const override { return bos_; }
   [[nodiscard]] token_t eos() const override { return eos_; }
@@ -95,7 +103,8 @@ class ByteLevelBpe final : public Tokenizer {
   std::array<token_t, 256> byte_token_{};
   std::unordered_map<std::uint64_t, Merge> merges_;  // (left id, right id) -> rank, merged id
   RegexSplitter splitter_;
-  bool nfc_ = false;  // NFC-normalize the text between added tokens
+  bool nfc_ = false;               // NFC-normalize the text between added tokens
+  std::size_t longest_piece_ = 1;  // bytes of the longest piece
   std::string pre_name_;
   bool ignore_merges_ = false;
   token_t bos_ = -1, eos_ = -1, unk_ = -1;
@@ -140,6 +149,7 @@ ByteLevelBpe::ByteLevelBpe(const TokenizerSpec& spec)
 
   for (std::size_t i = 0; i < n; ++i) {
     const auto id = static_cast<token_t>(i);
+    longest_piece_ = std::max(longest_piece_, pieces_[i].size());
     if (pieces_[i].empty()) continue;  // unreachable by text; still decodable (to nothing)
     if (types_[i] == kTypeControl || types_[i] == kTypeUserDefined) {
       added_.insert(pieces_[i], id);

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <queue>
 #include <unordered_set>
@@ -55,6 +56,14 @@ class SentencePieceBpe final : public Tokenizer {
   }
   void decode_step(DecodeState& state, token_t id, std::string& out) const override;
   void decode_finish(DecodeState& state, std::string& out) const override;
+  /// With byte fallback and spaces kept, every token spells what it stands for ("▁" is three
+  /// bytes for one space, <0xXX> six for one byte): the longest piece bounds a token's bytes.
+  /// Collapsed runs of spaces (remove_extra_whitespaces) or of unknown characters (<unk>, without
+  /// byte fallback) have no bound.
+  [[nodiscard]] std::optional<std::size_t> max_bytes_per_token() const override {
+    if (remove_extra_whitespaces_ || !byte_fallback_) return std::nullopt;
+    return longest_piece_;
+  }
   [[nodiscard]] std::size_t vocab_size() const override { return pieces_.size(); }
   [[nodiscard]] token_t bos() const override { return bos_; }
   [[nodiscard]] token_t eos() const override { return eos_; }
@@ -91,6 +100,7 @@ class SentencePieceBpe final : public Tokenizer {
   bool byte_fallback_ = false;
   bool add_dummy_prefix_ = true;
   bool remove_extra_whitespaces_ = false;
+  std::size_t longest_piece_ = 1;  // bytes of the longest piece
   std::string unk_surface_;
   token_t unk_ = -1, bos_ = -1, eos_ = -1;
   bool add_bos_ = false, add_eos_ = false;
@@ -130,6 +140,7 @@ SentencePieceBpe::SentencePieceBpe(const TokenizerSpec& spec)
 
   byte_ids_.fill(-1);
   int byte_pieces = 0;
+  for (const std::string& piece : pieces_) longest_piece_ = std::max(longest_piece_, piece.size());
   for (std::size_t i = 0; i < n; ++i) {
     const std::string& piece = pieces_[i];
     const auto id = static_cast<token_t>(i);

@@ -2,7 +2,10 @@
 // Llama-3-style byte-level BPE fixture GGUF and the pair's SentencePiece GGUF files must encode
 // exactly like the reference tokenizers did.
 
+#include <filesystem>
 #include <fstream>
+#include <optional>
+#include <random>
 
 #include "fixtures.hpp"
 #include "specdec/model/gguf.hpp"
@@ -59,6 +62,44 @@ TEST_CASE("The pair's GGUF tokenizers match the sentencepiece library", "[tokeni
     for (std::string ref, prompt; std::getline(refs, ref) && std::getline(prompts, prompt);) {
       CHECK(tok->encode(nlohmann::json::parse(prompt).at("text").get<std::string>(), true) ==
             test::ids_of(nlohmann::json::parse(ref).at("prompt_ids")));
+    }
+  }
+}
+
+TEST_CASE("max_bytes_per_token bounds the bytes of every token encode() makes",
+          "[tokenizer][gguf]") {
+  // The bound lets a server refuse a prompt past its context without tokenizing it: it must hold
+  // for every text, including the ones built to need few tokens.
+  const auto fixtures = test::load_json(test::tokenizer_data() / "bpe-fixtures.json");
+  std::vector<std::filesystem::path> files = {test::tokenizer_data() /
+                                              fixtures.at("gguf").at("file").get<std::string>()};
+  if (const auto pair = test::tinyllama_pair(); !pair.empty())
+    files.push_back(pair / "target-f32.gguf");
+  std::vector<std::string> texts;
+  for (const auto& t : test::load_texts()) texts.push_back(t.bytes);
+  texts.push_back(std::string(5000, ' '));
+  texts.push_back(std::string(5000, '\n'));
+  texts.push_back(std::string(5000, '='));
+  texts.push_back("\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8");  // Hangul jamo: one syllable in NFC
+  std::mt19937 rng(7);
+  std::string noise;
+  for (int i = 0; i < 3000; ++i) noise.push_back(static_cast<char>(rng() & 0xFF));
+  texts.push_back(noise);
+  for (const auto& file : files) {
+    INFO(file.filename().string());
+    const auto tok = tokenizer_of_gguf(file);
+    const std::optional<std::size_t> bound = tok->max_bytes_per_token();
+    REQUIRE(bound.has_value());  // neither collapses spaces nor lacks byte fallback
+    CHECK(*bound <= 256);        // and it is a useful bound
+    std::vector<std::string> all = texts;
+    for (std::size_t id = 0; id < tok->vocab_size(); ++id) {  // the longest tokens, repeated
+      const std::string bytes = tok->token_bytes(static_cast<token_t>(id));
+      if (bytes.size() + 2 >= *bound) all.push_back(bytes + bytes + bytes);
+    }
+    for (const std::string& text : all) {
+      INFO(text.substr(0, 40));
+      CHECK(tok->encode(text, false).size() * *bound >= text.size());
+      CHECK(tok->encode_special(text, false).size() * *bound >= text.size());
     }
   }
 }

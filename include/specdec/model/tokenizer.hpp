@@ -67,6 +67,15 @@ class Tokenizer {
   /// End of the sequence: appends what is left in `state` (an unfinished character as U+FFFD).
   virtual void decode_finish(DecodeState& state, std::string& out) const = 0;
 
+  /// An upper bound on the bytes of text that one token of encode() / encode_special() stands
+  /// for, so that a text longer than max_bytes_per_token() * N bytes is known to need more than N
+  /// tokens without being tokenized (a server refuses a prompt past its context that way, in
+  /// bounded memory). nullopt when no bound holds: a tokenizer that collapses runs of spaces or
+  /// of unknown characters into one token can encode any length in a few tokens.
+  [[nodiscard]] virtual std::optional<std::size_t> max_bytes_per_token() const {
+    return std::nullopt;
+  }
+
   [[nodiscard]] virtual std::size_t vocab_size() const = 0;
   [[nodiscard]] virtual token_t bos() const = 0;          ///< -1 when none
   [[nodiscard]] virtual token_t eos() const = 0;          ///< -1 when none
