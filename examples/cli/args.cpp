@@ -228,8 +228,8 @@ const std::vector<LlamaFlag>& llama_flags() {
        "only specdec serve has slots",
        "GET /health reports the slots",
        {"serve"}},
-      {{"--ssl-key-file"}, true, "specdec serve speaks plain HTTP: put a TLS proxy in front"},
-      {{"--ssl-cert-file"}, true, "specdec serve speaks plain HTTP: put a TLS proxy in front"},
+      {{"--ssl-key-file"}, true, "only specdec serve speaks HTTPS"},
+      {{"--ssl-cert-file"}, true, "only specdec serve speaks HTTPS"},
   };
   return table;
 }

@@ -73,6 +73,7 @@ struct ServeOptions : DecodeFlags {
   std::optional<std::string> api_key_file;  ///< one key per line
   std::optional<int> timeout;               ///< --timeout (-to), seconds
   std::vector<std::string> cors_origins;    ///< --cors-origin
+  std::optional<std::string> ssl_key_file, ssl_cert_file;  ///< HTTPS
 };
 
 /// Everything the HTTP handlers need, read-only once the server listens (the engine and the
@@ -634,6 +635,10 @@ void listen_and_serve(const ServeOptions& o, Server& s) {
   // 429 (a completion holds its thread until its answer is queued).
   options.max_handlers = o.http_threads != 0 ? o.http_threads : o.parallel + o.queue + 8;
   options.max_body_bytes = body_limit(s);
+  if (o.ssl_cert_file) {
+    options.tls_cert_file = *o.ssl_cert_file;
+    options.tls_key_file = *o.ssl_key_file;
+  }
   const std::chrono::seconds timeout(o.timeout.value_or(30));
   options.request_timeout = timeout;
   options.write_timeout = timeout;
@@ -659,8 +664,9 @@ void listen_and_serve(const ServeOptions& o, Server& s) {
   http::Server http(options, callbacks);
   const int port = http.listen();
   fmt::print(stderr,
-             "specdec serve: {} ({}), {} slots on the {} backend, listening on http://{}:{}\n",
-             s.model_name, s.setup.label(), o.parallel, backend_name(s.backend), o.host, port);
+             "specdec serve: {} ({}), {} slots on the {} backend, listening on {}://{}:{}\n",
+             s.model_name, s.setup.label(), o.parallel, backend_name(s.backend),
+             o.ssl_cert_file ? "https" : "http", o.host, port);
   std::fflush(stderr);
 
   std::atomic<bool> run_returned{false};
@@ -733,6 +739,8 @@ void serve_on(const ServeOptions& o, Server& s) {
 void run_serve(const ServeOptions& o) {
   const DecodeSetup setup = decode_setup_of(o, "serve");
   if (o.parallel == 0) throw UsageError("serve: --parallel must be at least 1");
+  if (o.ssl_cert_file.has_value() != o.ssl_key_file.has_value())
+    throw UsageError("serve: HTTPS needs both --ssl-cert-file and --ssl-key-file");
   (void)o.models.kv_type();
 
   // Signals: blocked from here on in this thread and every thread it starts (the engine's, the
@@ -798,6 +806,11 @@ void add_serve(CLI::App& app) {
                   "seconds a request's headers and body may take to arrive, and each write of "
                   "an answer (default: 30)")
       ->check(CLI::Range(1, 86400));
+  cmd->add_option("--ssl-cert-file", o->ssl_cert_file,
+                  "serve HTTPS with this PEM certificate (chain); needs --ssl-key-file")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--ssl-key-file", o->ssl_key_file, "the PEM private key of --ssl-cert-file")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--cors-origin", o->cors_origins,
                   "a web page origin (https://host:port) allowed to call the server from a "
                   "browser, or * for any; repeatable (default: none, cross-origin requests get "

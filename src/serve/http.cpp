@@ -29,6 +29,7 @@
 #include <sstream>
 #include <thread>
 #include <unordered_map>
+#include <variant>
 
 #include <fmt/format.h>
 #include <boost/asio/dispatch.hpp>
@@ -36,11 +37,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include "specdec/common.hpp"
 
@@ -51,6 +54,11 @@ namespace bhttp = boost::beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+/// A connection's stream: plain TCP, or TLS over it (Options::tls_cert_file). Reads and writes go
+/// through std::visit; deadlines and the socket are the TCP layer's (Connection::tcp()).
+using AnyStream = std::variant<PlainStream, TlsStream>;
 
 namespace {
 
@@ -116,6 +124,7 @@ struct Server::Impl {
 
   net::io_context ioc;
   tcp::acceptor acceptor{net::make_strand(ioc)};
+  std::optional<net::ssl::context> tls;  // with Options::tls_cert_file
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
 
   void accept();
@@ -139,25 +148,34 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   Connection(Server::Impl& server, tcp::socket socket, std::uint64_t id)
       : server_(server),
-        stream_(std::move(socket)),
-        watch_timer_(stream_.get_executor()),
+        stream_(make_stream(std::move(socket), server.tls)),
+        watch_timer_(tcp().get_executor()),
         id_(id) {}
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
   ~Connection() { server_.unregister(id_); }
 
   void start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+    net::dispatch(tcp().get_executor(), [self = shared_from_this()] {
+      auto* tls = std::get_if<TlsStream>(&self->stream_);
+      if (tls == nullptr) return self->read_request();
+      // The handshake counts in the first request's time.
+      self->tcp().expires_after(self->server_.options.request_timeout);
+      tls->async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
+        if (ec) return self->close();
+        self->read_request();
+      });
+    });
   }
 
   /// From any thread: closes the connection if it is waiting for a request (drain, eviction).
   void close_if_waiting() {
-    net::post(stream_.get_executor(), [self = shared_from_this()] {
+    net::post(tcp().get_executor(), [self = shared_from_this()] {
       if (self->phase_ == Phase::waiting) self->close();
     });
   }
   void close_from_outside() {
-    net::post(stream_.get_executor(), [self = shared_from_this()] { self->close(); });
+    net::post(tcp().get_executor(), [self = shared_from_this()] { self->close(); });
   }
 
   [[nodiscard]] Phase phase() const { return phase_.load(); }
@@ -202,7 +220,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
  private:
   template <class F>
   void post(std::uint64_t serial, F f) {
-    net::post(stream_.get_executor(),
+    net::post(tcp().get_executor(),
               [self = shared_from_this(), serial, f = std::move(f)]() mutable {
                 if (serial != self->serial_.load() || self->phase_ != Phase::handling ||
                     self->finished_ || self->gone_)
@@ -218,10 +236,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(server_.options.max_header_bytes));
     parser_->body_limit(server_.options.max_body_bytes);
-    stream_.expires_after(server_.options.request_timeout);
-    bhttp::async_read_header(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+    tcp().expires_after(server_.options.request_timeout);
+    std::visit(
+        [this](auto& stream) {
+          bhttp::async_read_header(stream, buffer_, *parser_,
+                                   [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                                     self->on_header(ec);
+                                   });
+        },
+        stream_);
   }
 
   void on_header(beast::error_code ec) {
@@ -244,14 +267,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (parser_->is_done()) return on_body({});
     if (equal_ignoring_case(field(bhttp::field::expect), "100-continue"))
       enqueue(std::string(kContinue), false);
-    bhttp::async_read(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code e, std::size_t) { self->on_body(e); });
+    std::visit(
+        [this](auto& stream) {
+          bhttp::async_read(
+              stream, buffer_, *parser_,
+              [self = shared_from_this()](beast::error_code e, std::size_t) { self->on_body(e); });
+        },
+        stream_);
   }
 
   void on_body(beast::error_code ec) {
     if (ec) return read_failed(ec);
-    stream_.expires_never();
+    tcp().expires_never();
     auto message = parser_->release();
     parser_.reset();
     Request request;
@@ -284,7 +311,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   /// Answers a request the HTTP layer will not pass on, then closes the connection.
   void refuse(int status, const std::string& message) {
-    stream_.expires_never();
+    tcp().expires_never();
     phase_ = Phase::handling;
     ++serial_;
     head_sent_ = true;
@@ -332,7 +359,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
           if (ec || serial != self->serial_.load() || self->finished_ || self->gone_ ||
               self->phase_ != Phase::handling)
             return;
-          pollfd p{self->stream_.socket().native_handle(), POLLIN | POLLRDHUP, 0};
+          pollfd p{self->tcp().socket().native_handle(), POLLIN | POLLRDHUP, 0};
           if (::poll(&p, 1, 0) == 1) {
             if ((p.revents & (POLLERR | POLLHUP)) != 0) return self->client_gone();
             if ((p.revents & POLLRDHUP) != 0 && !self->probed_) {
@@ -375,10 +402,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     writing_ = true;
-    stream_.expires_after(server_.options.write_timeout);
-    net::async_write(
-        stream_, net::buffer(out_.front().bytes),
-        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_written(ec); });
+    tcp().expires_after(server_.options.write_timeout);
+    std::visit(
+        [this](auto& stream) {
+          net::async_write(stream, net::buffer(out_.front().bytes),
+                           [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                             self->on_written(ec);
+                           });
+        },
+        stream_);
   }
 
   void on_written(beast::error_code ec) {
@@ -410,25 +442,29 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// (413) reaches the client instead of being cut by a reset.
   void linger_close() {
     phase_ = Phase::closed;
+    tcp().expires_after(std::chrono::seconds(2));
+    if (auto* tls = std::get_if<TlsStream>(&stream_)) {  // close_notify, then the socket
+      tls->async_shutdown([self = shared_from_this()](beast::error_code) { self->close(); });
+      return;
+    }
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(std::chrono::seconds(2));
+    tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
     drain_input();
   }
   void drain_input() {
-    stream_.async_read_some(net::buffer(scratch_),
-                            [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                              if (ec) return self->close();
-                              self->drain_input();
-                            });
+    tcp().async_read_some(net::buffer(scratch_),
+                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                            if (ec) return self->close();
+                            self->drain_input();
+                          });
   }
 
   void close() {
     phase_ = Phase::closed;
     watch_timer_.cancel();
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.socket().close(ignored);
+    tcp().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    tcp().socket().close(ignored);
     if (!gone_ && on_gone_) client_gone();
   }
 
@@ -437,8 +473,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool ends_response = false;
   };
 
+  static AnyStream make_stream(tcp::socket socket, std::optional<net::ssl::context>& tls) {
+    if (tls) return AnyStream(std::in_place_type<TlsStream>, std::move(socket), *tls);
+    return AnyStream(std::in_place_type<PlainStream>, std::move(socket));
+  }
+  beast::tcp_stream& tcp() {
+    return std::visit(
+        [](auto& stream) -> beast::tcp_stream& { return beast::get_lowest_layer(stream); },
+        stream_);
+  }
+
   Server::Impl& server_;
-  beast::tcp_stream stream_;
+  AnyStream stream_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::deque<Pending> out_;
@@ -601,6 +647,23 @@ int Server::listen() {
     if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur > 128)
       s.options.max_connections =
           std::min<std::size_t>(s.options.max_connections, files.rlim_cur - 64);
+  }
+  if (!s.options.tls_cert_file.empty()) {
+    s.tls.emplace(net::ssl::context::tls_server);
+    s.tls->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                       net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                       net::ssl::context::no_tlsv1_1);  // TLS 1.2 and 1.3
+    const auto load = [](const char* flag, const std::string& file, const auto& use) {
+      try {
+        use(file);
+      } catch (const boost::system::system_error& e) {
+        throw Error(fmt::format("serve: {} {}: {}", flag, file, e.code().message()));
+      }
+    };
+    load("--ssl-cert-file", s.options.tls_cert_file,
+         [&s](const std::string& f) { s.tls->use_certificate_chain_file(f); });
+    load("--ssl-key-file", s.options.tls_key_file,
+         [&s](const std::string& f) { s.tls->use_private_key_file(f, net::ssl::context::pem); });
   }
   beast::error_code ec;
   const auto address = net::ip::make_address(s.options.host, ec);

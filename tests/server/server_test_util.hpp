@@ -54,14 +54,20 @@ class ServerProcess {
       execv(all[0].c_str(), argv.data());
       _exit(127);
     }
-    // The port it bound, from "listening on http://127.0.0.1:PORT".
-    constexpr std::string_view listening = "listening on http://127.0.0.1:";
+    // The port it bound, from "listening on http://127.0.0.1:PORT" (or https://).
     const auto deadline = std::chrono::steady_clock::now() + kPatience;
     std::size_t at = std::string::npos;
     std::string text;
+    std::string_view listening;
     for (;;) {
       text = err();
-      at = text.find(listening);
+      for (const std::string_view l :
+           {"listening on http://127.0.0.1:", "listening on https://127.0.0.1:"}) {
+        if (const auto found = text.find(l); found != std::string::npos) {
+          at = found;
+          listening = l;
+        }
+      }
       if (at != std::string::npos && text.find('\n', at) != std::string::npos) break;
       INFO(text);
       REQUIRE(std::chrono::steady_clock::now() < deadline);
@@ -69,7 +75,8 @@ class ServerProcess {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     port_ = std::stoi(text.substr(at + listening.size()));
-    for (;;) {
+    https_ = listening.find("https") != std::string_view::npos;
+    while (!https_) {  // (an HTTPS server is asked by its test, with curl)
       httplib::Client c("127.0.0.1", port_);
       if (const auto r = c.Get("/health"); r && r->status == 200) break;
       REQUIRE(std::chrono::steady_clock::now() < deadline);
@@ -125,6 +132,7 @@ class ServerProcess {
   int port_ = 0;
   bool exited_ = false;
   int status_ = -1;
+  bool https_ = false;
 };
 
 /// POST a JSON body; the status and the body (parsed when it is JSON, else a string).

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -348,4 +349,65 @@ TEST_CASE("cross-origin requests are refused unless --cors-origin allows their o
           std::string::npos);
     CHECK(server.stop() == 0);
   }
+}
+
+TEST_CASE("serve --ssl-cert-file/--ssl-key-file speaks HTTPS with the same answers", "[server]") {
+  // A self-signed certificate for 127.0.0.1, made here with the openssl program.
+  const auto dir = specdec::test::temp_path(".tls");
+  std::filesystem::create_directories(dir);
+  const std::string cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
+  const auto made = specdec::test::run_program(
+      "openssl",
+      {"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "2",
+       "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"});
+  if (made.status != 0) {
+    WARN("SKIP: the openssl program could not make a certificate: " << made.err);
+    return;
+  }
+  const json body = {{"prompt", "def add(a, b):"}, {"max_tokens", 24}, {"temperature", 0}};
+  std::string plain_text;
+  {
+    ServerProcess plain(pair_args());
+    const auto reply = post(plain, "/v1/completions", body.dump());
+    REQUIRE(reply.status == 200);
+    plain_text = reply.json["choices"][0]["text"];
+    CHECK(plain.stop() == 0);
+  }
+  ServerProcess server(pair_args({"--ssl-cert-file", cert, "--ssl-key-file", key}));
+  const std::string url = "https://127.0.0.1:" + std::to_string(server.port());
+  // curl checks the certificate against the one made above (no -k).
+  const auto health = specdec::test::run_program(
+      "curl", {"-sS", "--max-time", "60", "--cacert", cert, url + "/health"});
+  CHECK(health.status == 0);
+  CHECK(json::parse(health.out, nullptr, false)["status"] == "ok");
+  const auto completion = specdec::test::run_program(
+      "curl", {"-sS", "--max-time", "60", "--cacert", cert, "-H", "Content-Type: application/json",
+               "-d", body.dump(), url + "/v1/completions"});
+  CHECK(completion.status == 0);
+  CHECK(json::parse(completion.out, nullptr, false)["choices"][0]["text"] == plain_text);
+  json stream_body = body;
+  stream_body["stream"] = true;
+  const auto streamed = specdec::test::run_program(
+      "curl", {"-sSN", "--max-time", "60", "--cacert", cert, "-H", "Content-Type: application/json",
+               "-d", stream_body.dump(), url + "/v1/completions"});
+  CHECK(streamed.status == 0);
+  CHECK(streamed.out.find("data: [DONE]") != std::string::npos);
+  // Plain HTTP to the HTTPS port gets no HTTP answer (the handshake fails), and the server goes
+  // on.
+  CHECK(get(server, "/health").status == 0);
+  CHECK(specdec::test::run_program("curl",
+                                   {"-sS", "--max-time", "60", "--cacert", cert, url + "/health"})
+            .status == 0);
+  CHECK(server.stop() == 0);
+
+  // One of the two flags alone, or a key that is not one, is refused at the start.
+  const auto alone =
+      specdec::test::run_cli({"serve", "-m", demo_target(), "--ssl-cert-file", cert});
+  CHECK(alone.status == 2);
+  CHECK(alone.err.find("--ssl-key-file") != std::string::npos);
+  const auto wrong = specdec::test::run_cli({"serve", "-m", demo_target(), "--port", "0",
+                                             "--ssl-cert-file", cert, "--ssl-key-file", cert});
+  CHECK(wrong.status != 0);
+  CHECK(wrong.err.find("--ssl-key-file") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }

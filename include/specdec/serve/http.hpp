@@ -12,6 +12,7 @@
 //     waited longest for a request (as nginx reuses idle keep-alive connections).
 //   - Requests on a connection are answered in order (pipelining), and a client that half-closes
 //     its side after its request still gets the answer.
+//   - TLS when Options::tls_cert_file is set.
 //   - While a handler runs, the connection is watched: a client that has closed its socket is
 //     reported through Exchange::on_client_gone within Options::watch_interval, so that a
 //     generation nobody will read is stopped. A FIN alone does not say whether the client closed
@@ -74,6 +75,9 @@ struct Options {
   std::chrono::milliseconds watch_interval{
       50};  ///< how often a running request's client is checked
   int listen_backlog = 512;
+  /// TLS (1.2 and 1.3, OpenSSL through Boost.Asio) when set: a PEM certificate chain and its
+  /// private key. Every connection then speaks HTTPS; its handshake counts in request_timeout.
+  std::string tls_cert_file, tls_key_file;
 };
 
 class Connection;
