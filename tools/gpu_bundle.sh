@@ -10,7 +10,7 @@
 #   .gpu/bundle.tar.xz, which gpu_check.sh unpacks into .gpu/ there:
 #     bin            the programs, stripped
 #     lib            the shared libraries they need beyond the C and C++ runtimes and the CUDA
-#                    toolkit's (ldd): fmt, cpp-httplib and what those need
+#                    toolkit's (ldd): fmt, OpenSSL and what those need
 #     shared-models/tinyllama-pair   the trained pair (the tests find it there: the build's
 #                    SPECDEC_SHARED_MODELS)
 #     root           the source tree the binaries were built from (gpu_check.sh links it to the
