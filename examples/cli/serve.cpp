@@ -663,6 +663,12 @@ void listen_and_serve(const ServeOptions& o, Server& s) {
   };
   http::Server http(options, callbacks);
   const int port = http.listen();
+  if (const auto per_token = s.tokenizer->max_bytes_per_token())
+    fmt::print(stderr,
+               "specdec serve: request bodies up to {:.1f} MiB; prompts past {} bytes are refused "
+               "before tokenizing ({} positions, at most {} bytes a token)\n",
+               static_cast<double>(options.max_body_bytes) / (1 << 20),
+               (s.context_length - 1) * *per_token, s.context_length, *per_token);
   fmt::print(stderr,
              "specdec serve: {} ({}), {} slots on the {} backend, listening on {}://{}:{}\n",
              s.model_name, s.setup.label(), o.parallel, backend_name(s.backend),
