@@ -53,7 +53,8 @@ def import_openai():
 
 
 class Server:
-    """specdec serve on a free port; stops it on exit."""
+    """specdec serve on a free port, as a context manager: SIGTERM at the end of the block, whose
+    exit status must be 0; on an exception, its stderr is printed and it is killed."""
 
     def __init__(self, specdec, args):
         self.err = tempfile.NamedTemporaryFile(prefix="specdec-serve-", suffix=".err",
@@ -94,6 +95,18 @@ class Server:
         finally:
             os.unlink(self.err.name)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            print(self.stderr(), file=sys.stderr)
+            self.stop(signal.SIGKILL)
+            return False
+        status = self.stop()
+        check(status == 0, f"exit status {status} after SIGTERM")
+        return False
+
 
 def check(condition, message):
     if not condition:
@@ -120,9 +133,8 @@ def main():
     print(f"openai {openai.__version__}", flush=True)
 
     context = 1024
-    server = Server(args.specdec, ["-m", args.target, "-md", args.draft, "-c", str(context),
-                                   "-np", "4", "--chat-template", "chatml"])
-    try:
+    with Server(args.specdec, ["-m", args.target, "-md", args.draft, "-c", str(context),
+                               "-np", "4", "--chat-template", "chatml"]) as server:
         client = openai.OpenAI(base_url=server.base + "/v1", api_key="not-needed",
                                max_retries=0, timeout=120)
         models = client.models.list()
@@ -260,20 +272,12 @@ def main():
         check(client.completions.create(model=model, prompt="def f():", max_tokens=4)
               .choices[0].finish_reason == "length", "the server stopped serving")
         print("bad requests: 400 with an error object; the server goes on", flush=True)
-    except BaseException:
-        print(server.stderr(), file=sys.stderr)
-        server.stop(signal.SIGKILL)
-        raise
-
-    status = server.stop()
-    check(status == 0, f"exit status {status} after SIGTERM")
     print("SIGTERM: exit 0", flush=True)
 
     # --api-key: the client's api_key is sent as "Authorization: Bearer"; a wrong one is refused
     # with 401, which the client raises as AuthenticationError.
-    server = Server(args.specdec, ["-m", args.target, "-md", args.draft, "-c", str(context),
-                                   "--api-key", "sk-specdec-test"])
-    try:
+    with Server(args.specdec, ["-m", args.target, "-md", args.draft, "-c", str(context),
+                               "--api-key", "sk-specdec-test"]) as server:
         keyed = openai.OpenAI(base_url=server.base + "/v1", api_key="sk-specdec-test",
                               max_retries=0, timeout=120)
         want = generate(args, "def fibonacci(n):", 16, 0.0, 0, context)
@@ -287,13 +291,17 @@ def main():
             raise AssertionError("a wrong API key was accepted")
         except openai.AuthenticationError as e:
             check(e.status_code == 401, f"wrong key: {e.status_code}")
-        print("--api-key: the right key passes, a wrong one gets 401", flush=True)
-    except BaseException:
-        print(server.stderr(), file=sys.stderr)
-        server.stop(signal.SIGKILL)
-        raise
-    status = server.stop()
-    check(status == 0, f"exit status {status} after SIGTERM (--api-key server)")
+        # Without any key (no Authorization header at all): 401 too.
+        import urllib.error
+        import urllib.request
+        try:
+            urllib.request.urlopen(urllib.request.Request(
+                server.base + "/v1/completions", data=b'{"prompt": "x", "max_tokens": 1}',
+                headers={"Content-Type": "application/json"}), timeout=60)
+            raise AssertionError("a request without a key was accepted")
+        except urllib.error.HTTPError as e:
+            check(e.code == 401, f"no key: {e.code}")
+        print("--api-key: the right key passes, a wrong one and none get 401", flush=True)
     return 0
 
 
