@@ -202,6 +202,13 @@ http::Response error_response(const ApiError& e) {
   return json_response(e.status, serve::error_json(e));
 }
 
+/// The completion endpoint a path names, if it names one.
+std::optional<Endpoint> completion_endpoint(const std::string& path) {
+  if (path == "/v1/completions") return Endpoint::completions;
+  if (path == "/v1/chat/completions") return Endpoint::chat_completions;
+  return std::nullopt;
+}
+
 /// The route's name in the metrics.
 std::string endpoint_label(const std::string& path) {
   if (path == "/v1/completions") return "completions";
@@ -460,7 +467,7 @@ void handle_completion(Server& s, http::Exchange& ex, Endpoint endpoint) {
 /// layer's I/O threads; completions get a thread of their own (blocking()).
 void route(Server& s, http::Exchange& ex) {
   const http::Request& req = ex.request();
-  const bool completion = req.path == "/v1/completions" || req.path == "/v1/chat/completions";
+  const std::optional<Endpoint> completion = completion_endpoint(req.path);
   // With --api-key, a request without a valid key gets a 401 (the public routes excepted).
   if (!s.api_keys.empty() && !is_public(req.path) && !authorised(s, req)) {
     http::Response res = error_response(
@@ -498,10 +505,8 @@ void route(Server& s, http::Exchange& ex) {
       return respond(s, ex,
                      error_response(ApiError(405, fmt::format("{} takes POST requests", req.path),
                                              "", "method_not_allowed")));
-    const Endpoint endpoint =
-        req.path == "/v1/completions" ? Endpoint::completions : Endpoint::chat_completions;
     try {
-      handle_completion(s, ex, endpoint);
+      handle_completion(s, ex, *completion);
     } catch (const ApiError& e) {
       respond(s, ex, error_response(e));
     } catch (const std::exception& e) {
@@ -645,8 +650,7 @@ void listen_and_serve(const ServeOptions& o, Server& s) {
   http::Callbacks callbacks;
   callbacks.handle = [&s](const std::shared_ptr<http::Exchange>& ex) { route(s, *ex); };
   callbacks.blocking = [](const http::Request& req) {
-    return req.method == "POST" &&
-           (req.path == "/v1/completions" || req.path == "/v1/chat/completions");
+    return req.method == "POST" && completion_endpoint(req.path).has_value();
   };
   // What the HTTP layer refuses by itself (malformed, too large, compressed, busy) gets an
   // OpenAI-style body too.

@@ -46,6 +46,7 @@
 #include <boost/beast/ssl.hpp>
 
 #include "specdec/common.hpp"
+#include "specdec/serve/api.hpp"
 
 namespace specdec::serve::http {
 
@@ -133,6 +134,14 @@ struct Server::Impl {
   bool spawn_handler(const std::shared_ptr<Exchange>& exchange);
   /// The longest-waiting connection that is only waiting for a request, closed to make room.
   bool evict_one_waiting();
+  /// The connections still alive, taken under the lock (to act on them outside it).
+  std::vector<std::shared_ptr<Connection>> live_connections() const {
+    std::vector<std::shared_ptr<Connection>> all;
+    const std::lock_guard lock(mutex);
+    for (const auto& [id, weak] : connections)
+      if (auto c = weak.lock()) all.push_back(std::move(c));
+    return all;
+  }
   void unregister(std::uint64_t id) {
     const std::lock_guard lock(mutex);
     connections.erase(id);
@@ -254,16 +263,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
       const auto value = message[name];
       return std::string_view(value.data(), value.size());
     };
-    // Values quoted in errors are cut at 100 bytes.
+    // Values quoted in errors are cut at 100 bytes (excerpt()).
     if (const auto encoding = field(bhttp::field::content_encoding);
         !encoding.empty() && !equal_ignoring_case(encoding, "identity"))
       return refuse(415, fmt::format("Content-Encoding '{}' is not accepted: send the body "
                                      "uncompressed",
-                                     encoding.substr(0, 100)));
+                                     excerpt(encoding, 100)));
     if (const auto coding = field(bhttp::field::transfer_encoding);
         !coding.empty() && !equal_ignoring_case(coding, "chunked"))
       return refuse(501, fmt::format("Transfer-Encoding '{}' is not supported (chunked is)",
-                                     coding.substr(0, 100)));
+                                     excerpt(coding, 100)));
     if (parser_->is_done()) return on_body({});
     if (equal_ignoring_case(field(bhttp::field::expect), "100-continue"))
       enqueue(std::string(kContinue), false);
@@ -309,26 +318,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
     close();  // end of stream, timeout, reset, aborted by close()
   }
 
+  /// A new request on this connection (one passed on, or one refused): its serial, and none of
+  /// the previous one's state.
+  void begin_exchange() {
+    phase_ = Phase::handling;
+    ++serial_;
+    head_sent_ = event_stream_ = finished_ = gone_ = probed_ = false;
+    gone_flag_ = false;
+    on_gone_ = nullptr;
+  }
+
   /// Answers a request the HTTP layer will not pass on, then closes the connection.
   void refuse(int status, const std::string& message) {
     tcp().expires_never();
-    phase_ = Phase::handling;
-    ++serial_;
-    head_sent_ = true;
+    begin_exchange();
     keep_alive_ = false;
-    finished_ = false;
-    gone_ = false;
     const std::string id = server_.new_request_id();
     enqueue(serialize(server_.callbacks.error(status, message, id), id, false, false), true);
   }
 
   // ---------------------------------------------------------------- handling it
   void dispatch(Request request) {
-    phase_ = Phase::handling;
-    ++serial_;
-    head_sent_ = event_stream_ = finished_ = gone_ = probed_ = false;
-    gone_flag_ = false;
-    on_gone_ = nullptr;
+    begin_exchange();
     const bool blocking = server_.callbacks.blocking(request);
     auto exchange = std::make_shared<Exchange>(shared_from_this(), std::move(request));
     if (!blocking) {
@@ -429,9 +440,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void after_response() {
     finished_ = true;
     watch_timer_.cancel();
-    if (!out_.empty()) {  // a probe queued behind the response: nothing to send any more
-      out_.clear();
-    }
+    out_.clear();  // a probe queued behind the response: nothing to send any more
     writing_ = false;
     if (keep_alive_ && !server_.draining.load() && !server_.stopping.load()) return read_request();
     linger_close();
@@ -591,15 +600,10 @@ void Server::Impl::on_accept(beast::error_code ec, tcp::socket socket) {
 
 bool Server::Impl::evict_one_waiting() {
   std::shared_ptr<Connection> oldest;
-  {
-    const std::lock_guard lock(mutex);
-    for (const auto& [id, weak] : connections) {
-      auto c = weak.lock();
-      if (c && c->phase() == Connection::Phase::waiting &&
-          (!oldest || c->waiting_since() < oldest->waiting_since()))
-        oldest = std::move(c);
-    }
-  }
+  for (auto& c : live_connections())
+    if (c->phase() == Connection::Phase::waiting &&
+        (!oldest || c->waiting_since() < oldest->waiting_since()))
+      oldest = std::move(c);
   if (!oldest) return false;
   oldest->close_if_waiting();
   return true;
@@ -706,27 +710,14 @@ void Server::drain() {
     beast::error_code ignored;
     s.acceptor.close(ignored);
   });
-  std::vector<std::shared_ptr<Connection>> all;
-  {
-    const std::lock_guard lock(s.mutex);
-    for (const auto& [id, weak] : s.connections)
-      if (auto c = weak.lock()) all.push_back(std::move(c));
-  }
-  for (const auto& c : all) c->close_if_waiting();
+  for (const auto& c : s.live_connections()) c->close_if_waiting();
 }
 
 void Server::stop() {
   Impl& s = *impl_;
   if (s.stopping.exchange(true)) return;
   drain();
-  std::vector<std::shared_ptr<Connection>> all;
-  {
-    const std::lock_guard lock(s.mutex);
-    for (const auto& [id, weak] : s.connections)
-      if (auto c = weak.lock()) all.push_back(std::move(c));
-  }
-  for (const auto& c : all) c->close_from_outside();
-  all.clear();
+  for (const auto& c : s.live_connections()) c->close_from_outside();
   s.work.reset();
   s.ioc.stop();
 }
@@ -734,13 +725,11 @@ void Server::stop() {
 bool Server::wait_idle(std::chrono::milliseconds bound) {
   const auto deadline = SteadyClock::now() + bound;
   for (;;) {
-    bool busy = false;
-    {
-      const std::lock_guard lock(impl_->mutex);
-      busy = impl_->handlers > 0;
-      for (const auto& [id, weak] : impl_->connections)
-        if (auto c = weak.lock(); c && c->phase() == Connection::Phase::handling) busy = true;
-    }
+    const auto all = impl_->live_connections();
+    const bool busy =
+        running_handlers() > 0 || std::any_of(all.begin(), all.end(), [](const auto& c) {
+          return c->phase() == Connection::Phase::handling;
+        });
     if (!busy) return true;
     if (SteadyClock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
