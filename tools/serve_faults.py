@@ -23,25 +23,10 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-
-def start_server(specdec, args):
-    err = tempfile.NamedTemporaryFile(prefix="serve-faults-", suffix=".err", delete=False)
-    proc = subprocess.Popen([specdec, "serve", "--host", "127.0.0.1", "--port", "0"] + args,
-                            stdout=subprocess.DEVNULL, stderr=err)
-    deadline = time.time() + 300
-    while True:
-        with open(err.name, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", text)
-        if m:
-            return proc, int(m.group(1)), err.name
-        if proc.poll() is not None or time.time() > deadline:
-            sys.exit("the server did not start:\n" + text)
-        time.sleep(0.05)
+from serve_process import start_server
 
 
 def rss_bytes(pid):
@@ -116,6 +101,17 @@ def raw(port, data, shutdown_write=False, timeout=30.0):
         s.close()
 
 
+def concurrently(n, fn):
+    """fn() on n threads at once: their results, in the order they finished."""
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(fn())) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
 def statuses(reply):
     return [int(m.group(1)) for m in re.finditer(rb"(?:^|\n)HTTP/1\.1 (\d{3})", reply)]
 
@@ -140,7 +136,7 @@ def main():
     ap.add_argument("--specdec", required=True)
     ap.add_argument("--server-args", required=True)
     a = ap.parse_args()
-    proc, port, err_path = start_server(a.specdec, a.server_args.split() + ["--timeout", "5"])
+    proc, port, err_path = start_server(a.specdec, a.server_args.split() + ["--timeout", "5"], "serve-faults")
     pid = proc.pid
     post(port, "/v1/completions", {"prompt": "warm up", "max_tokens": 4})
     idle = rss_bytes(pid)
@@ -175,26 +171,13 @@ def main():
 
     fifteen = json.dumps({"prompt": "a " * (15 << 19), "max_tokens": 4}).encode()  # 15 MiB
     def oversized():
-        out = []
-        threads = [threading.Thread(target=lambda: out.append(post(port, "/v1/completions", fifteen)[0]))
-                   for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return sorted(out)
+        return sorted(concurrently(4, lambda: post(port, "/v1/completions", fifteen)[0]))
     scenario("4 x 15 MiB prompts", "4 concurrent, past the context",
              oversized, lambda got: all(code in (400, 413) for code in got), memory_bound=True)
 
     two = json.dumps({"prompt": "a " * (1 << 20), "max_tokens": 4}).encode()  # 2 MiB
     def past_context():
-        out = []
-        threads = [threading.Thread(target=lambda: out.append(post(port, "/v1/completions", two)))
-                   for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        out = concurrently(4, lambda: post(port, "/v1/completions", two))
         return sorted({(status, json.loads(text)["error"]["code"]) for status, text in out})
     scenario("4 x 2 MiB prompts", "4 concurrent, within the body limit, past the context",
              past_context, lambda got: got == [(400, "context_length_exceeded")], memory_bound=True)
@@ -221,27 +204,17 @@ def main():
             except OSError:
                 pass
             s.close()
-        threads = [threading.Thread(target=one) for _ in range(40)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        concurrently(40, one)
         return "40 x 1 byte/s for 4 s"
     scenario("40 slow clients", "a header byte a second", slow_clients, lambda got: True,
              health_bound=1.0)
 
     def burst():
-        times = []
         def one():
             start = time.perf_counter()
             raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            times.append(time.perf_counter() - start)
-        threads = [threading.Thread(target=one) for _ in range(200)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return f"slowest {max(times) * 1000:.0f} ms"
+            return time.perf_counter() - start
+        return f"slowest {max(concurrently(200, one)) * 1000:.0f} ms"
     scenario("burst of 200", "200 connections at once", burst,
              lambda got: float(got.split()[1]) < 900)
 

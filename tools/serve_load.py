@@ -25,30 +25,13 @@ import argparse
 import http.client
 import json
 import os
-import re
 import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-
-def start_server(specdec, args):
-    err = tempfile.NamedTemporaryFile(prefix="serve-load-", suffix=".err", delete=False)
-    proc = subprocess.Popen([specdec, "serve", "--host", "127.0.0.1", "--port", "0"] + args,
-                            stdout=subprocess.DEVNULL, stderr=err)
-    deadline = time.time() + 300
-    while True:
-        with open(err.name, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", text)
-        if m:
-            return proc, int(m.group(1)), err.name
-        if proc.poll() is not None or time.time() > deadline:
-            sys.exit("the server did not start:\n" + text)
-        time.sleep(0.05)
+from serve_process import start_server
 
 
 def one_request(port, body):
@@ -151,7 +134,7 @@ def main():
               for i in range(args.requests)]
     levels = [int(c) for c in args.concurrency.split(",")]
 
-    proc, port, err_path = start_server(args.specdec, args.server_args.split())
+    proc, port, err_path = start_server(args.specdec, args.server_args.split(), "serve-load")
     report = {"server_args": args.server_args, "requests": args.requests,
               "max_tokens": args.max_tokens, "temperature": args.temperature, "levels": []}
     try:

@@ -27,6 +27,17 @@ namespace specdec::test {
 
 inline constexpr auto kPatience = std::chrono::seconds(120);
 
+/// -c of the usual server, and of the `specdec generate` runs its answers are compared to.
+inline const std::string kContext = "1024";
+
+/// The usual server's arguments: the demo pair, ChatML for the chat endpoint, then `extra`.
+inline std::vector<std::string> pair_args(std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"-m",     demo_target(),     "-md",   demo_draft(), "-c",
+                                   kContext, "--chat-template", "chatml"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
 /// `specdec serve --host 127.0.0.1 --port 0 ARGS...` (the program `cli`, SPECDEC_CLI by
 /// default), started by the constructor, which returns once /health answers 200; stderr goes to
 /// a file (err()).

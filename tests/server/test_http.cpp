@@ -22,11 +22,11 @@
 #include "server_test_util.hpp"
 
 using nlohmann::json;
-using specdec::test::demo_draft;
 using specdec::test::demo_target;
 using specdec::test::eventually;
 using specdec::test::get;
 using specdec::test::metric;
+using specdec::test::pair_args;
 using specdec::test::post;
 using specdec::test::ServerProcess;
 
@@ -36,12 +36,6 @@ using SteadyClock = std::chrono::steady_clock;
 
 double seconds_since(SteadyClock::time_point start) {
   return std::chrono::duration<double>(SteadyClock::now() - start).count();
-}
-
-std::vector<std::string> pair_args(std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"-m", demo_target(), "-md", demo_draft(), "-c", "1024"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
 }
 
 /// A TCP connection to the server, driven byte by byte.
@@ -76,35 +70,16 @@ class Raw {
   }
   /// Reads until the server closes the connection or `within` passes: what arrived.
   std::string read_all(std::chrono::milliseconds within = std::chrono::seconds(60)) {
-    std::string text;
     const auto deadline = SteadyClock::now() + within;
-    for (;;) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-      if (left.count() <= 0) break;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
-      char buffer[65536];
-      const ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
-      if (n <= 0) break;
-      text.append(buffer, static_cast<std::size_t>(n));
+    while (receive(deadline)) {
     }
-    return text;
+    return received_;
   }
   /// Reads until `marker` has arrived (or the connection ends, or `within` passes).
   std::string read_until(std::string_view marker,
                          std::chrono::milliseconds within = std::chrono::seconds(60)) {
     const auto deadline = SteadyClock::now() + within;
-    while (received_.find(marker) == std::string::npos) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-      if (left.count() <= 0) break;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
-      char buffer[65536];
-      const ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
-      if (n <= 0) break;
-      received_.append(buffer, static_cast<std::size_t>(n));
+    while (received_.find(marker) == std::string::npos && receive(deadline)) {
     }
     return received_;
   }
@@ -112,7 +87,22 @@ class Raw {
  private:
   int fd_;
   bool connected_ = false;
-  std::string received_;
+  std::string received_;  // everything read so far
+
+  /// Waits (until `deadline`) for bytes and appends them to received_; false when the
+  /// connection has ended or the deadline passed.
+  bool receive(SteadyClock::time_point deadline) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    char buffer[65536];
+    const ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
+    if (n <= 0) return false;
+    received_.append(buffer, static_cast<std::size_t>(n));
+    return true;
+  }
 };
 
 std::string request(const std::string& method, const std::string& path, const std::string& body,

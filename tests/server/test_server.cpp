@@ -41,7 +41,9 @@ using specdec::test::demo_draft;
 using specdec::test::demo_target;
 using specdec::test::eventually;
 using specdec::test::get;
+using specdec::test::kContext;
 using specdec::test::metric;
+using specdec::test::pair_args;
 using specdec::test::parse_sse;
 using specdec::test::post;
 using specdec::test::post_stream;
@@ -51,16 +53,7 @@ using specdec::test::ServerProcess;
 
 namespace {
 
-const std::string kContext = "1024";  // -c of the server and of the generate runs it is compared to
 const std::string kModelName = "target-q8_0";
-
-/// The usual server: the demo pair, 4 slots, ChatML for the chat endpoint.
-std::vector<std::string> pair_args(std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"-m",     demo_target(),     "-md",   demo_draft(), "-c",
-                                   kContext, "--chat-template", "chatml"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
 
 /// One completion setting, as a request body and as `specdec generate` flags.
 struct Setting {
