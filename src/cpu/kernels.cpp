@@ -606,7 +606,80 @@ struct TailRows {
 };
 thread_local TailRows tail_rows;
 
+/// Whether the integer kernels of `isa` are the AVX512-VNNI ones (which alone read rows16).
+bool vnni_integer_kernels(Isa isa) {
+  return (isa == Isa::avx512 || isa == Isa::amx) && cpu_features().avx512_vnni;
+}
+
+/// The rows16 position of byte `at` of field f of block b of row r (lane r % 16 of its group),
+/// relative to the group's start (kernels_impl.hpp, "rows16").
+std::size_t rows16_position(const detail::BlockField& f, std::size_t block_bytes, std::size_t b,
+                            std::size_t lane, std::size_t at) {
+  const std::size_t field = 16 * (b * block_bytes + f.offset);
+  if (f.bytes == 2) return field + 2 * lane + at;
+  return field + 64 * (at / 4) + 4 * lane + at % 4;
+}
+
+/// Copies row r's bytes between the file's layout (`row`, row_bytes long) and its place in a
+/// rows16 group (`group`), one dword (or a 2-byte field) at a time.
+template <bool ToRows16>
+void rows16_copy_row(detail::QuantType q, std::size_t row_bytes, std::size_t lane,
+                     const std::byte* from, std::byte* to) {
+  const detail::BlockFields fields = detail::rows16_fields(q);
+  const std::size_t block_bytes = static_cast<std::size_t>(fields.fields[fields.count - 1].offset +
+                                                           fields.fields[fields.count - 1].bytes);
+  for (std::size_t b = 0; b < row_bytes / block_bytes; ++b)
+    for (int i = 0; i < fields.count; ++i) {
+      const detail::BlockField& f = fields.fields[i];
+      const std::size_t step = f.bytes == 2 ? 2 : 4;
+      for (std::size_t at = 0; at < f.bytes; at += step) {
+        const std::size_t in_row = b * block_bytes + f.offset + at;
+        const std::size_t in_group = rows16_position(f, block_bytes, b, lane, at);
+        if constexpr (ToRows16)
+          std::memcpy(to + in_group, from + in_row, step);
+        else
+          std::memcpy(to + in_row, from + in_group, step);
+      }
+    }
+}
+
 }  // namespace
+
+bool repack_helps(Isa isa, DType dtype) noexcept {
+  return dtype != DType::q8_0 && !is_float_dtype(dtype) && has_matmul_kernel(dtype) &&
+         vnni_integer_kernels(isa);
+}
+
+std::optional<RepackedMatrix> repack_weights(Isa isa, const MatrixRef& w) {
+  if (w.layout != WeightLayout::rows || !repack_helps(isa, w.dtype)) return std::nullopt;
+  const detail::QuantType q = quant_type(w.dtype);
+  const std::size_t groups = (w.rows + 15) / 16, group_bytes = 16 * w.row_bytes;
+  RepackedMatrix out;
+  out.bytes_ = groups * group_bytes;
+  out.storage_.reset(static_cast<std::byte*>(::operator new[](out.bytes_, std::align_val_t{64})));
+  std::byte* data = out.storage_.get();
+  for (std::size_t g = 0; g < groups; ++g) {
+    std::byte* group = data + g * group_bytes;
+    const std::size_t rows = std::min<std::size_t>(16, w.rows - 16 * g);
+    if (rows < 16) std::memset(group, 0, group_bytes);  // the padding rows: zero weights
+    for (std::size_t lane = 0; lane < rows; ++lane)
+      rows16_copy_row<true>(q, w.row_bytes, lane, w.data + (16 * g + lane) * w.row_bytes, group);
+  }
+  out.ref_ = w;
+  out.ref_.data = data;
+  out.ref_.layout = WeightLayout::rows16;
+  return out;
+}
+
+void dequantize_row(const MatrixRef& w, std::size_t r, float* out) {
+  if (w.layout == WeightLayout::rows)
+    return dequantize(w.dtype, w.data + r * w.row_bytes, out, w.cols);
+  thread_local std::vector<std::byte> row;
+  row.resize(w.row_bytes);
+  rows16_copy_row<false>(quant_type(w.dtype), w.row_bytes, r % 16,
+                         w.data + r / 16 * 16 * w.row_bytes, row.data());
+  dequantize(w.dtype, row.data(), out, w.cols);
+}
 
 void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_begin,
             std::size_t row_end, float* y, std::size_t ldy) {
@@ -615,9 +688,29 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
         "matmul: activations packed for [{}] {} do not fit weights [{}, {}] {} on {}", x.cols(),
         isa_name(x.isa()), w.rows, w.cols, dtype_name(w.dtype), isa_name(isa)));
   if (row_begin >= row_end) return;
-  const std::byte* w0 = w.data + row_begin * w.row_bytes;
   const std::size_t rows = row_end - row_begin;
   float* y0 = y + row_begin;
+  if (w.layout == WeightLayout::rows16) {
+    if (!vnni_integer_kernels(isa) || !repack_helps(isa, w.dtype))
+      throw Error(fmt::format("matmul: [{}, {}] {} repacked for AVX512-VNNI, called on {}", w.rows,
+                              w.cols, dtype_name(w.dtype), isa_name(isa)));
+    detail::QuantArgs args{quant_type(w.dtype),
+                           w.data + row_begin / 16 * 16 * w.row_bytes,
+                           w.row_bytes,
+                           rows,
+                           w.cols,
+                           x.q8(),
+                           x.q8_scales(),
+                           x.q8_offsets(),
+                           x.q8_sums(),
+                           x.n(),
+                           y0,
+                           ldy};
+    args.rows16 = true;
+    args.first_lane = row_begin % 16;
+    return detail::quant_matmul_avx512vnni(args);
+  }
+  const std::byte* w0 = w.data + row_begin * w.row_bytes;
   switch (x.format()) {
     case InputFormat::f32: {
       const detail::FmaArgs args{fma_type(w.dtype), w0,    w.row_bytes, rows, w.cols,

@@ -96,6 +96,61 @@ inline constexpr std::size_t iq4_xs_bytes = 136, iq4_xs_scales_h = 2, iq4_xs_sca
                              iq4_xs_qs = 8;
 }  // namespace block_layout
 
+/// The repacked layout of these types for the AVX512-VNNI kernel (MatrixRef::layout
+/// WeightLayout::rows16, written once at load by cpu::repack_weights): rows in groups of 16, a
+/// group's 16 x row_bytes bytes in the same place as in the file, inside it block b of the 16
+/// rows at 16 * b * block_bytes, holding each of the block's fields (below) at 16 x its offset:
+///  - a field of 4k bytes as k registers of 64 bytes, register i = dword i of rows 0..15 (what
+///    the kernel's transposes of the file's layout produce, stored in the order it uses them);
+///  - a 2-byte field (a binary16 factor) as the 16 rows' values in order (32 bytes).
+/// So a block of 16 rows is one contiguous stream, and the kernel's loads need no transposes or
+/// gathers. The size is the file's (plus zero rows up to a multiple of 16).
+struct BlockField {
+  unsigned char offset, bytes;
+};
+struct BlockFields {
+  const BlockField* fields;
+  int count;
+};
+inline constexpr BlockField q4_0_fields[] = {{0, 2}, {2, 16}};             // d, qs
+inline constexpr BlockField q4_1_fields[] = {{0, 4}, {4, 16}};             // d | m, qs
+inline constexpr BlockField q5_0_fields[] = {{0, 2}, {2, 4}, {6, 16}};     // d, qh, qs
+inline constexpr BlockField q5_1_fields[] = {{0, 4}, {4, 4}, {8, 16}};     // d | m, qh, qs
+inline constexpr BlockField iq4_nl_fields[] = {{0, 2}, {2, 16}};           // d, qs
+inline constexpr BlockField q2_k_fields[] = {{0, 16}, {16, 64}, {80, 4}};  // scales, qs, d | dmin
+inline constexpr BlockField q3_k_fields[] = {{0, 32}, {32, 64}, {96, 12}, {108, 2}};
+inline constexpr BlockField q4_k_fields[] = {{0, 16}, {16, 128}};  // d | dmin and scales, qs
+inline constexpr BlockField q5_k_fields[] = {{0, 16}, {16, 32}, {48, 128}};
+inline constexpr BlockField q6_k_fields[] = {{0, 128}, {128, 64}, {192, 16}, {208, 2}};
+inline constexpr BlockField iq4_xs_fields[] = {{0, 4}, {4, 4}, {8, 128}};  // d | scales_h, ...
+inline constexpr BlockFields rows16_fields(QuantType q) {
+  switch (q) {
+    case QuantType::q4_0:
+      return {q4_0_fields, 2};
+    case QuantType::q4_1:
+      return {q4_1_fields, 2};
+    case QuantType::q5_0:
+      return {q5_0_fields, 3};
+    case QuantType::q5_1:
+      return {q5_1_fields, 3};
+    case QuantType::iq4_nl:
+      return {iq4_nl_fields, 2};
+    case QuantType::q2_k:
+      return {q2_k_fields, 3};
+    case QuantType::q3_k:
+      return {q3_k_fields, 4};
+    case QuantType::q4_k:
+      return {q4_k_fields, 2};
+    case QuantType::q5_k:
+      return {q5_k_fields, 3};
+    case QuantType::q6_k:
+      return {q6_k_fields, 4};
+    case QuantType::iq4_xs:
+      return {iq4_xs_fields, 3};
+  }
+  return {nullptr, 0};
+}
+
 /// The 16 values of IQ4_NL / IQ4_XS plus 128: the unsigned weights u of those types.
 inline constexpr unsigned char iq4_values_u8[16] = {1,   24,  45,  63,  79,  93,  106, 118,
                                                     129, 141, 153, 166, 181, 197, 217, 241};
@@ -122,6 +177,10 @@ struct QuantArgs {
   std::size_t n;
   float* y;
   std::size_t ldy;
+  /// The rows16 layout (above; AVX512-VNNI only): w points at the group holding the range's
+  /// first row, which is lane first_lane of it; y still points at the range's first row.
+  bool rows16 = false;
+  std::size_t first_lane = 0;
 };
 void quant_matmul_portable(const QuantArgs& a);
 void quant_matmul_avx2(const QuantArgs& a);

@@ -146,11 +146,55 @@ inline __m512i gather32(__m512i offsets, const std::byte* q0, std::size_t off) {
   return _mm512_i32gather_epi32(offsets, q0 + off, 1);
 }
 
-/// 16 rows' pointers to one block, and the same as lane offsets from row 0's (for gathers).
+/// Where the unpack functions read one block of 16 rows. Rows: the file's layout, 16 rows'
+/// pointers to the block (and the same as lane offsets from row 0's, for gathers); every read
+/// transposes or gathers. Packed16: the rows16 layout (kernels_impl.hpp), the start of the
+/// block's 16 x block_bytes; the same registers, already in memory, so every read is a load.
 struct Rows {
   const std::byte* p[16];
   __m512i offsets;
 };
+struct Packed16 {
+  const std::byte* p;
+};
+
+/// Dwords 0..7 (load8), 0..3 (load4), 0..2 (load3) or 0 (load1) from byte `off` of the 16 rows'
+/// block: out[i] lane r = bytes off + 4i .. off + 4i + 3 of row r.
+[[gnu::always_inline]] inline void load8(const Rows& s, std::size_t off, __m512i out[8]) {
+  transpose_16x32(s.p, off, out);
+}
+[[gnu::always_inline]] inline void load8(const Packed16& s, std::size_t off, __m512i out[8]) {
+  for (int i = 0; i < 8; ++i) out[i] = _mm512_loadu_si512(s.p + 16 * off + 64 * i);
+}
+[[gnu::always_inline]] inline void load4(const Rows& s, std::size_t off, __m512i out[4]) {
+  transpose_16x16(s.p, off, out);
+}
+[[gnu::always_inline]] inline void load4(const Packed16& s, std::size_t off, __m512i out[4]) {
+  for (int i = 0; i < 4; ++i) out[i] = _mm512_loadu_si512(s.p + 16 * off + 64 * i);
+}
+/// Needs off >= 4 for Rows (it transposes the 16 bytes from off - 4, which stay in the block).
+[[gnu::always_inline]] inline void load3(const Rows& s, std::size_t off, __m512i out[3]) {
+  __m512i r[4];
+  transpose_16x16(s.p, off - 4, r);
+  for (int i = 0; i < 3; ++i) out[i] = r[i + 1];
+}
+[[gnu::always_inline]] inline void load3(const Packed16& s, std::size_t off, __m512i out[3]) {
+  for (int i = 0; i < 3; ++i) out[i] = _mm512_loadu_si512(s.p + 16 * off + 64 * i);
+}
+inline __m512i load1(const Rows& s, std::size_t off) { return gather32(s.offsets, s.p[0], off); }
+inline __m512i load1(const Packed16& s, std::size_t off) {
+  return _mm512_loadu_si512(s.p + 16 * off);
+}
+/// The binary16 field at `off` (a 2-byte field of the rows16 table) as 16 floats. From the file's
+/// layout a dword is gathered; at the block's end (off + 4 > Bytes) the one ending at off + 2.
+template <std::size_t Bytes>
+inline __m512 load_half(const Rows& s, std::size_t off) {
+  return off + 4 <= Bytes ? half_lo(load1(s, off)) : half_hi(load1(s, off - 2));
+}
+template <std::size_t Bytes>
+inline __m512 load_half(const Packed16& s, std::size_t off) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.p + 16 * off)));
+}
 
 /// The 16-entry table of IQ4_NL / IQ4_XS values + 128, in every 128-bit lane (for vpshufb).
 inline __m512i iq4_table() {
@@ -186,33 +230,6 @@ inline void add_fifth_bits(__m512i qh, __m512i w[8]) {
   }
 }
 
-/// Unpacks block `b` of the 16 rows (p: the rows' block pointers).
-template <QuantType Q>
-[[gnu::always_inline]] inline void unpack32(const Rows& rows, Block32& o) {
-  constexpr std::size_t qs = Q == QuantType::q4_0   ? q4_0_qs
-                             : Q == QuantType::q4_1 ? q4_1_qs
-                             : Q == QuantType::q5_0 ? q5_0_qs
-                             : Q == QuantType::q5_1 ? q5_1_qs
-                                                    : iq4_nl_qs;
-  __m512i packed[4];
-  transpose_16x16(rows.p, qs, packed);
-  for (int k = 0; k < 4; ++k) {
-    o.w[k] = low_nibbles(packed[k]);       // weights 4k .. 4k + 3
-    o.w[k + 4] = high_nibbles(packed[k]);  // weights 16 + 4k ..
-  }
-  const __m512i head = gather32(rows.offsets, rows.p[0], 0);  // d, and m for Q4_1 / Q5_1
-  o.d = half_lo(head);
-  if constexpr (Q == QuantType::q4_1 || Q == QuantType::q5_1) o.m = half_hi(head);
-  if constexpr (Q == QuantType::q5_0)
-    add_fifth_bits(gather32(rows.offsets, rows.p[0], q5_0_qh), o.w);
-  if constexpr (Q == QuantType::q5_1)
-    add_fifth_bits(gather32(rows.offsets, rows.p[0], q5_1_qh), o.w);
-  if constexpr (Q == QuantType::iq4_nl) {
-    const __m512i table = iq4_table();
-    for (int k = 0; k < 8; ++k) o.w[k] = _mm512_shuffle_epi8(table, o.w[k]);
-  }
-}
-
 template <QuantType Q>
 constexpr std::size_t block32_bytes() {
   return Q == QuantType::q4_0   ? q4_0_bytes
@@ -220,6 +237,35 @@ constexpr std::size_t block32_bytes() {
          : Q == QuantType::q5_0 ? q5_0_bytes
          : Q == QuantType::q5_1 ? q5_1_bytes
                                 : iq4_nl_bytes;
+}
+
+/// Unpacks one block of the 16 rows.
+template <QuantType Q, class Src>
+[[gnu::always_inline]] inline void unpack32(const Src& rows, Block32& o) {
+  constexpr std::size_t qs = Q == QuantType::q4_0   ? q4_0_qs
+                             : Q == QuantType::q4_1 ? q4_1_qs
+                             : Q == QuantType::q5_0 ? q5_0_qs
+                             : Q == QuantType::q5_1 ? q5_1_qs
+                                                    : iq4_nl_qs;
+  __m512i packed[4];
+  load4(rows, qs, packed);
+  for (int k = 0; k < 4; ++k) {
+    o.w[k] = low_nibbles(packed[k]);       // weights 4k .. 4k + 3
+    o.w[k + 4] = high_nibbles(packed[k]);  // weights 16 + 4k ..
+  }
+  if constexpr (Q == QuantType::q4_1 || Q == QuantType::q5_1) {
+    const __m512i head = load1(rows, 0);  // d | m << 16
+    o.d = half_lo(head);
+    o.m = half_hi(head);
+  } else {
+    o.d = load_half<block32_bytes<Q>()>(rows, 0);
+  }
+  if constexpr (Q == QuantType::q5_0) add_fifth_bits(load1(rows, q5_0_qh), o.w);
+  if constexpr (Q == QuantType::q5_1) add_fifth_bits(load1(rows, q5_1_qh), o.w);
+  if constexpr (Q == QuantType::iq4_nl) {
+    const __m512i table = iq4_table();
+    for (int k = 0; k < 8; ++k) o.w[k] = _mm512_shuffle_epi8(table, o.w[k]);
+  }
 }
 
 /// Prefetches, for the rows of `next` (16 row pointers at block 0), the cache lines that blocks
@@ -259,27 +305,84 @@ struct Prefetcher {
   }
 };
 
-/// Rows [r0, r0 + 16) (lanes past `valid` repeat row r0 and are not stored) against the T
-/// tokens from t0.
-template <QuantType Q, int T>
-void group32(const QuantArgs& a, std::size_t r0, std::size_t valid, std::size_t t0) {
-  constexpr std::size_t bytes = block32_bytes<Q>();
+/// The 16 rows of a group in the file's layout; lanes past `valid` repeat the group's first row
+/// (they are computed and not stored).
+struct FileGroup {
+  const std::byte* w0;
+  std::size_t bytes;
+  Rows rows;
+  Prefetcher prefetch;
+  alignas(64) int offsets[16];
+
+  FileGroup(const QuantArgs& a, std::size_t r0, std::size_t valid, std::size_t block_bytes)
+      : w0(a.w + r0 * a.row_bytes),
+        bytes(block_bytes),
+        rows{},
+        prefetch{w0, a.row_bytes, block_bytes, prefetch_ahead, r0 + 32 <= a.rows},
+        offsets{} {
+    for (std::size_t i = 0; i < 16; ++i)
+      offsets[i] = static_cast<int>((i < valid ? i : 0) * a.row_bytes);
+    rows.offsets = _mm512_load_si512(offsets);
+  }
+  void prefetch_block(std::size_t b) const { prefetch(b); }
+  const Rows& block(std::size_t b) {
+    for (int i = 0; i < 16; ++i) rows.p[i] = w0 + offsets[i] + b * bytes;
+    return rows;
+  }
+};
+
+/// A group of 16 rows in the rows16 layout: one contiguous stream of 16 x row_bytes, which the
+/// hardware prefetchers follow on their own; the prefetch only reaches further ahead (into the
+/// next group, up to `end`, the end of the call's last group).
+struct PackedGroup {
+  const std::byte* g;
+  std::size_t bytes;
+  const std::byte* end;
+
+  void prefetch_block(std::size_t b) const {
+    const std::byte* lo = g + 16 * b * bytes + 16 * prefetch_ahead;
+    const std::byte* hi = lo + 16 * bytes < end ? lo + 16 * bytes : end;
+    for (const std::byte* p = lo; p < hi; p += 64) Prefetcher::prefetch_l2(p);
+  }
+  [[nodiscard]] Packed16 block(std::size_t b) const { return {g + 16 * b * bytes}; }
+};
+
+/// Lanes [lo, hi) of a group.
+inline __mmask16 lane_mask(std::size_t lo, std::size_t hi) {
+  return static_cast<__mmask16>(row_mask(hi) & ~row_mask(lo));
+}
+
+/// Calls f(group, lanes to store, y of the group's lane 0) for each group of 16 rows of the call.
+template <class F>
+void for_each_group(const QuantArgs& a, std::size_t block_bytes, F&& f) {
+  if (a.rows16) {
+    const std::size_t span = a.first_lane + a.rows;
+    const std::byte* end = a.w + (span + 15) / 16 * 16 * a.row_bytes;
+    for (std::size_t g0 = 0; g0 < span; g0 += 16) {
+      PackedGroup group{a.w + g0 * a.row_bytes, block_bytes, end};
+      f(group, lane_mask(g0 == 0 ? a.first_lane : 0, span - g0 < 16 ? span - g0 : 16),
+        a.y + g0 - a.first_lane);
+    }
+    return;
+  }
+  for (std::size_t r0 = 0; r0 < a.rows; r0 += 16) {
+    const std::size_t valid = a.rows - r0 < 16 ? a.rows - r0 : 16;
+    FileGroup group(a, r0, valid, block_bytes);
+    f(group, row_mask(valid), a.y + r0);
+  }
+}
+
+/// One group of 16 rows against the T tokens from t0; y: the group's lane 0 for token 0.
+template <QuantType Q, int T, class Group>
+void group32(Group& group, const QuantArgs& a, std::size_t t0, __mmask16 store, float* y) {
   constexpr bool has_min = Q == QuantType::q4_1 || Q == QuantType::q5_1;
   const std::size_t blocks = a.cols / 32;
-  alignas(64) int offsets[16];
-  for (std::size_t i = 0; i < 16; ++i)
-    offsets[i] = static_cast<int>((i < valid ? i : 0) * a.row_bytes);
-  const std::byte* w0 = a.w + r0 * a.row_bytes;
-  Rows rows;
-  rows.offsets = _mm512_load_si512(offsets);
-  const Prefetcher prefetch{w0, a.row_bytes, bytes, prefetch_ahead, r0 + 32 <= a.rows};
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   Block32 blk;
   for (std::size_t b = 0; b < blocks; ++b) {
-    if (t0 == 0) prefetch(b);  // later token chunks find the rows in cache
-    for (int i = 0; i < 16; ++i) rows.p[i] = w0 + offsets[i] + b * bytes;
-    unpack32<Q>(rows, blk);
+    if (t0 == 0) group.prefetch_block(b);  // later token chunks find the rows in cache
+    unpack32<Q>(group.block(b), blk);
     for (int t = 0; t < T; ++t) {
       const std::size_t xb = (t0 + t) * blocks + b;
       const std::int8_t* x = a.xq + (t0 + t) * a.cols + b * 32;
@@ -304,26 +407,23 @@ void group32(const QuantArgs& a, std::size_t r0, std::size_t valid, std::size_t 
       }
     }
   }
-  const __mmask16 store = row_mask(valid);
-  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + r0, store, acc[t]);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * a.ldy, store, acc[t]);
 }
 
-using GroupFn = void (*)(const QuantArgs&, std::size_t, std::size_t, std::size_t);
-template <QuantType Q, int... T>
+template <QuantType Q, class Group, int... T>
 struct Groups32 {
-  static constexpr GroupFn table[sizeof...(T)] = {&group32<Q, T + 1>...};
+  using Fn = void (*)(Group&, const QuantArgs&, std::size_t, __mmask16, float*);
+  static constexpr Fn table[sizeof...(T)] = {&group32<Q, T + 1, Group>...};
 };
-template <QuantType Q>
-constexpr const GroupFn* groups32 =
-    Groups32<Q, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15>::table;
 
 template <QuantType Q>
 void matmul32(const QuantArgs& a) {
-  for (std::size_t r0 = 0; r0 < a.rows; r0 += 16) {
-    const std::size_t valid = a.rows - r0 < 16 ? a.rows - r0 : 16;
+  for_each_group(a, block32_bytes<Q>(), [&]<class Group>(Group& group, __mmask16 store, float* y) {
+    const auto* table =
+        Groups32<Q, Group, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15>::table;
     for (std::size_t t0 = 0; t0 < a.n; t0 += 16)
-      groups32<Q>[(a.n - t0 < 16 ? a.n - t0 : 16) - 1](a, r0, valid, t0);
-  }
+      table[(a.n - t0 < 16 ? a.n - t0 : 16) - 1](group, a, t0, store, y);
+  });
 }
 
 // ================================================================================================
@@ -392,9 +492,10 @@ struct KInfo<QuantType::iq4_xs> {
 };
 
 /// Q4_K / Q5_K scales and mins: 8 6-bit values each from 12 bytes (kernels.hpp's table).
-inline void k_scales_mins(const Rows& rows, BlockK& o) {
+template <class Src>
+inline void k_scales_mins(const Src& rows, BlockK& o) {
   __m512i h[4];  // d | dmin << 16, scales[0..3], scales[4..7], scales[8..11]
-  transpose_16x16(rows.p, 0, h);
+  load4(rows, 0, h);
   o.d = half_lo(h[0]);
   o.m = _mm512_xor_ps(half_hi(h[0]), _mm512_set1_ps(-0.0f));
   // Bytes 0-3: sub-blocks 0-3, low 6 bits of scales[0..3] (mins: [4..7]); sub-blocks 4-7: the
@@ -416,39 +517,33 @@ inline void k_scales_mins(const Rows& rows, BlockK& o) {
   o.zm[3] = bytes_u16_pair(mn_hi, 2, 3);
 }
 
-template <QuantType Q>
-inline void unpack_k(const Rows& rows, BlockK& o);
-
-template <>
-inline void unpack_k<QuantType::q2_k>(const Rows& rows, BlockK& o) {
+template <QuantType Q, class Src>
+requires(Q == QuantType::q2_k) inline void unpack_k(const Src& rows, BlockK& o) {
   __m512i s[4];  // scale bytes: low nibble the scale, high nibble the min, of sub-blocks 4i..4i+3
-  transpose_16x16(rows.p, q2_k_scales, s);
+  load4(rows, q2_k_scales, s);
   for (int i = 0; i < 16; ++i)
     o.sc[i] = _mm512_and_si512(byte_u32(s[i / 4], i % 4), _mm512_set1_epi32(0x0f));
   for (int i = 0; i < 8; ++i)
     o.zm[i] = _mm512_srli_epi16(bytes_u16_pair(s[i / 2], 2 * (i % 2), 2 * (i % 2) + 1), 4);
-  const __m512i head = gather32(rows.offsets, rows.p[0], q2_k_d);  // d | dmin << 16
+  const __m512i head = load1(rows, q2_k_d);  // d | dmin << 16
   o.d = half_lo(head);
   o.m = _mm512_xor_ps(half_hi(head), _mm512_set1_ps(-0.0f));
   // Weight 128h + 32s + l: bits 2s of qs[32h + l].
   for (int h = 0; h < 2; ++h) {
     __m512i q[8];
-    transpose_16x32(rows.p, q2_k_qs + 32 * h, q);
+    load8(rows, q2_k_qs + 32 * h, q);
     for (int s2 = 0; s2 < 4; ++s2)
       for (int k = 0; k < 8; ++k)
         o.w[32 * h + 8 * s2 + k] = _mm512_and_si512(_mm512_srli_epi16(q[k], 2 * s2), splat8(0x03));
   }
 }
 
-template <>
-inline void unpack_k<QuantType::q3_k>(const Rows& rows, BlockK& o) {
-  // Bytes 94..109: qs[62..63], the 12 scale bytes, d.
-  __m512i r[4];
-  transpose_16x16(rows.p, q3_k_scales - 2, r);
-  o.d = half_hi(r[3]);
-  const __m512i s0 = _mm512_or_si512(_mm512_srli_epi32(r[0], 16), _mm512_slli_epi32(r[1], 16));
-  const __m512i s1 = _mm512_or_si512(_mm512_srli_epi32(r[1], 16), _mm512_slli_epi32(r[2], 16));
-  const __m512i s2 = _mm512_or_si512(_mm512_srli_epi32(r[2], 16), _mm512_slli_epi32(r[3], 16));
+template <QuantType Q, class Src>
+requires(Q == QuantType::q3_k) inline void unpack_k(const Src& rows, BlockK& o) {
+  __m512i sc[3];  // the 12 scale bytes
+  load3(rows, q3_k_scales, sc);
+  o.d = load_half<q3_k_bytes>(rows, q3_k_d);
+  const __m512i s0 = sc[0], s1 = sc[1], s2 = sc[2];
   // Scale 4g + b: low four bits from byte b of s0 (g = 0, 2: low / high nibble) or s1 (g = 1,
   // 3), top two from bits 2g of byte b of s2; minus 32.
   for (int g = 0; g < 4; ++g) {
@@ -463,10 +558,10 @@ inline void unpack_k<QuantType::q3_k>(const Rows& rows, BlockK& o) {
   }
   // Weight 128h + 32s + l: bits 2s of qs[32h + l], third bit: bit 4h + s of hmask[l].
   __m512i hm[8];
-  transpose_16x32(rows.p, q3_k_hmask, hm);
+  load8(rows, q3_k_hmask, hm);
   for (int h = 0; h < 2; ++h) {
     __m512i q[8];
-    transpose_16x32(rows.p, q3_k_qs + 32 * h, q);
+    load8(rows, q3_k_qs + 32 * h, q);
     for (int s = 0; s < 4; ++s) {
       const int bit = 4 * h + s;  // moved to bit 2
       for (int k = 0; k < 8; ++k) {
@@ -479,15 +574,15 @@ inline void unpack_k<QuantType::q3_k>(const Rows& rows, BlockK& o) {
   }
 }
 
-template <>
-inline void unpack_k<QuantType::q4_k>(const Rows& rows, BlockK& o) {
+template <QuantType Q, class Src>
+requires(Q == QuantType::q4_k) inline void unpack_k(const Src& rows, BlockK& o) {
   k_scales_mins(rows, o);
   // Sub-blocks 2c and 2c + 1: the low and high nibbles of qs[32c .. 32c + 31], the high ones in
   // place (16 x the weight) and the low ones' scales times 16: the sum is 16 x the block's.
   for (int c = 0; c < 4; ++c) {
     o.sc[2 * c] = _mm512_slli_epi32(o.sc[2 * c], 4);
     __m512i q[8];
-    transpose_16x32(rows.p, q4_k_qs + 32 * c, q);
+    load8(rows, q4_k_qs + 32 * c, q);
     for (int k = 0; k < 8; ++k) {
       o.w[16 * c + k] = low_nibbles(q[k]);
       o.w[16 * c + 8 + k] = _mm512_and_si512(q[k], splat8(0xf0));
@@ -500,16 +595,16 @@ inline __m512i move_bit(__m512i v, int from, int to) {
   return from >= to ? _mm512_srli_epi16(v, from - to) : _mm512_slli_epi16(v, to - from);
 }
 
-template <>
-inline void unpack_k<QuantType::q5_k>(const Rows& rows, BlockK& o) {
+template <QuantType Q, class Src>
+requires(Q == QuantType::q5_k) inline void unpack_k(const Src& rows, BlockK& o) {
   k_scales_mins(rows, o);
   // As Q4_K, plus bit j of qh[l] as the fifth bit of sub-block j.
   __m512i qh[8];
-  transpose_16x32(rows.p, q5_k_qh, qh);
+  load8(rows, q5_k_qh, qh);
   const __m512i bit4 = splat8(0x10);
   for (int c = 0; c < 4; ++c) {
     __m512i q[8];
-    transpose_16x32(rows.p, q5_k_qs + 32 * c, q);
+    load8(rows, q5_k_qs + 32 * c, q);
     for (int k = 0; k < 8; ++k) {
       o.w[16 * c + k] =
           merge(q[k], _mm512_and_si512(move_bit(qh[k], 2 * c, 4), bit4), splat8(0x0f));
@@ -520,24 +615,23 @@ inline void unpack_k<QuantType::q5_k>(const Rows& rows, BlockK& o) {
   }
 }
 
-template <>
-inline void unpack_k<QuantType::q6_k>(const Rows& rows, BlockK& o) {
+template <QuantType Q, class Src>
+requires(Q == QuantType::q6_k) inline void unpack_k(const Src& rows, BlockK& o) {
   __m512i s[4];  // the 16 int8 scales, 4 per lane
-  transpose_16x16(rows.p, q6_k_scales, s);
+  load4(rows, q6_k_scales, s);
   for (int i = 0; i < 16; ++i) o.sc[i] = byte_i32(s[i / 4], i % 4);
   for (int i = 0; i < 8; ++i)
     o.zm[i] = _mm512_mullo_epi16(bytes_i16_pair(s[i / 2], 2 * (i % 2), 2 * (i % 2) + 1),
                                  _mm512_set1_epi16(-32));
-  // d: the high half of the dword at 206 (inside the block, unlike the dword at 208).
-  o.d = half_hi(gather32(rows.offsets, rows.p[0], q6_k_d - 2));
+  o.d = load_half<q6_k_bytes>(rows, q6_k_d);
   // Weight 128h + 32 part + l: low four bits from ql[64h + l + 32 (part % 2)] (low nibble for
   // part < 2, high otherwise), top two from bits 2 part of qh[32h + l].
   const __m512i top = splat8(0x30);
   for (int h = 0; h < 2; ++h) {
     __m512i ql0[8], ql1[8], qh[8];
-    transpose_16x32(rows.p, 64 * h, ql0);
-    transpose_16x32(rows.p, 64 * h + 32, ql1);
-    transpose_16x32(rows.p, q6_k_qh + 32 * h, qh);
+    load8(rows, 64 * h, ql0);
+    load8(rows, 64 * h + 32, ql1);
+    load8(rows, q6_k_qh + 32 * h, qh);
     for (int k = 0; k < 8; ++k) {
       __m512i* w = o.w + 32 * h + k;
       w[0] = merge(ql0[k], _mm512_and_si512(_mm512_slli_epi16(qh[k], 4), top), splat8(0x0f));
@@ -549,10 +643,10 @@ inline void unpack_k<QuantType::q6_k>(const Rows& rows, BlockK& o) {
   }
 }
 
-template <>
-inline void unpack_k<QuantType::iq4_xs>(const Rows& rows, BlockK& o) {
-  const __m512i head = gather32(rows.offsets, rows.p[0], 0);  // d | scales_h << 16
-  const __m512i low = gather32(rows.offsets, rows.p[0], iq4_xs_scales_l);
+template <QuantType Q, class Src>
+requires(Q == QuantType::iq4_xs) inline void unpack_k(const Src& rows, BlockK& o) {
+  const __m512i head = load1(rows, 0);  // d | scales_h << 16
+  const __m512i low = load1(rows, iq4_xs_scales_l);
   o.d = half_lo(head);
   const __m512i high = _mm512_srli_epi32(head, 16);
   const __m512i nibble = _mm512_set1_epi32(0x0f), two = _mm512_set1_epi32(0x30);
@@ -572,7 +666,7 @@ inline void unpack_k<QuantType::iq4_xs>(const Rows& rows, BlockK& o) {
   const __m512i table = iq4_table();
   for (int c = 0; c < 4; ++c) {
     __m512i q[8];
-    transpose_16x32(rows.p, iq4_xs_qs + 32 * c, q);
+    load8(rows, iq4_xs_qs + 32 * c, q);
     for (int k = 0; k < 4; ++k)
       for (int sub = 0; sub < 2; ++sub) {
         __m512i* w = o.w + 16 * c + 8 * sub + k;
@@ -628,37 +722,26 @@ struct KTokens {
 template <QuantType Q>
 void matmul_k(const QuantArgs& a) {
   using Info = KInfo<Q>;
-  constexpr std::size_t bytes = Info::bytes;
   const TokensFn* tokens =
       KTokens<Info::sub_dwords, Info::has_min, Info::shift, 0, 1, 2, 3, 4, 5, 6, 7>::table;
   const std::size_t blocks = a.cols / 256;
   constexpr std::size_t chunk = 64;  // tokens per pass over the weights (acc: 4 KiB)
   alignas(64) BlockK blk;
   alignas(64) float acc[chunk * 16];
-  for (std::size_t r0 = 0; r0 < a.rows; r0 += 16) {
-    const std::size_t valid = a.rows - r0 < 16 ? a.rows - r0 : 16;
-    alignas(64) int offsets[16];
-    for (std::size_t i = 0; i < 16; ++i)
-      offsets[i] = static_cast<int>((i < valid ? i : 0) * a.row_bytes);
-    const std::byte* w0 = a.w + r0 * a.row_bytes;
-    Rows rows;
-    rows.offsets = _mm512_load_si512(offsets);
-    const Prefetcher prefetch{w0, a.row_bytes, bytes, prefetch_ahead, r0 + 32 <= a.rows};
+  for_each_group(a, Info::bytes, [&]<class Group>(Group& group, __mmask16 store, float* y) {
     for (std::size_t t0 = 0; t0 < a.n; t0 += chunk) {
       const std::size_t m = a.n - t0 < chunk ? a.n - t0 : chunk;
       for (std::size_t i = 0; i < m * 16; ++i) acc[i] = 0.0f;
       for (std::size_t b = 0; b < blocks; ++b) {
-        if (t0 == 0) prefetch(b);
-        for (int i = 0; i < 16; ++i) rows.p[i] = w0 + offsets[i] + b * bytes;
-        unpack_k<Q>(rows, blk);
+        if (t0 == 0) group.prefetch_block(b);
+        unpack_k<Q>(group.block(b), blk);
         for (std::size_t t1 = 0; t1 < m; t1 += 8)
           tokens[(m - t1 < 8 ? m - t1 : 8) - 1](blk, a, t0 + t1, b, acc + 16 * t1);
       }
-      const __mmask16 store = row_mask(valid);
       for (std::size_t t = 0; t < m; ++t)
-        _mm512_mask_storeu_ps(a.y + (t0 + t) * a.ldy + r0, store, _mm512_load_ps(acc + 16 * t));
+        _mm512_mask_storeu_ps(y + (t0 + t) * a.ldy, store, _mm512_load_ps(acc + 16 * t));
     }
-  }
+  });
 }
 
 }  // namespace

@@ -26,6 +26,8 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <new>
 #include <numbers>
@@ -78,6 +80,13 @@ void apply_rope(RopeLayout layout, float* x, const float* cos, const float* sin,
 
 std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
 
+/// SPECDEC_REPACK=0 turns Options::repack_weights off for every Transformer (to compare layouts
+/// from the command line); any other value, or none, leaves it as set.
+bool repack_disabled_by_environment() {
+  const char* v = std::getenv("SPECDEC_REPACK");
+  return v != nullptr && std::strcmp(v, "0") == 0;
+}
+
 /// a x b, or a specdec::Error naming `what` when it does not fit in size_t (a config claiming an
 /// absurd context must give a message, not a wrapped-around size).
 std::size_t checked_mul(std::size_t a, std::size_t b, const char* what) {
@@ -129,6 +138,10 @@ struct Transformer::State {
   std::vector<std::byte> head_rows;  // [N][row bytes], only for a list that is not a prefix
   std::vector<float> head_out;       // [n][N]
   std::vector<LayerWeights> layers;
+  // The repacked copies the MatrixRefs above point into (Options::repack_weights).
+  std::vector<RepackedMatrix> repacked;
+  std::size_t repacked_bytes = 0;
+  double repack_seconds = 0;
   std::vector<float> inv_freq;
   float attn_scale = 1.0f;
 
@@ -285,6 +298,7 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
       l.k_norm = llama_vector(w, c, attn_k_norm, i);
     }
   }
+  if (options.repack_weights && !repack_disabled_by_environment()) repack(w);
   s.inv_freq = rope_inv_freq(c, w);
   s.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
 
@@ -317,6 +331,35 @@ Transformer::Transformer(Transformer&&) noexcept = default;
 Transformer& Transformer::operator=(Transformer&&) noexcept = default;
 
 std::size_t Transformer::threads() const noexcept { return state_->pool->size(); }
+std::size_t Transformer::repacked_bytes() const noexcept { return state_->repacked_bytes; }
+double Transformer::repack_seconds() const noexcept { return state_->repack_seconds; }
+
+void Transformer::repack(const WeightStore& w) {
+  State& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
+  // Every matrix the forward multiplies: the layers', and the head (restricted or whole; with a
+  // tied embedding the look-ups keep reading the map).
+  std::vector<MatrixRef*> matrices;
+  for (LayerWeights& l : s.layers)
+    for (MatrixRef* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) matrices.push_back(m);
+  matrices.push_back(s.head_ids.empty() ? &s.output : &s.head);
+  std::vector<std::optional<RepackedMatrix>> copies(matrices.size());
+  s.pool->run(matrices.size(), [&](std::size_t i, std::size_t) {
+    const MatrixRef& m = *matrices[i];
+    copies[i] = repack_weights(s.isa, m);
+    // The copy replaces the mapped pages (a restricted head's gathered rows are not mapped).
+    if (copies[i]) w.release(m.data, m.rows * m.row_bytes);
+  });
+  for (std::size_t i = 0; i < matrices.size(); ++i) {
+    if (!copies[i]) continue;
+    *matrices[i] = copies[i]->ref();
+    s.repacked_bytes += copies[i]->bytes();
+    s.repacked.push_back(std::move(*copies[i]));
+  }
+  if (!s.head_ids.empty() && s.head.data != s.head_rows.data()) s.head_rows = {};
+  s.repack_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 Transformer::ThreadingStats Transformer::threading_stats() const noexcept {
   ThreadingStats stats;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -70,6 +71,18 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
 }
 
+bool MappedFile::release(const std::byte* p, std::size_t n) const noexcept {
+  const auto begin = reinterpret_cast<std::uintptr_t>(data_);
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  if (data_ == nullptr || at < begin || at - begin > size_ || n > size_ - (at - begin))
+    return false;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const std::uintptr_t lo = (at + page - 1) / page * page, hi = (at + n) / page * page;
+  // NOLINTNEXTLINE(performance-no-int-to-ptr): the map's own pages, from its address range
+  if (lo < hi) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  return true;
+}
+
 // ------------------------------------------------------------------------------ WeightStore
 
 void WeightStore::add(Tensor t) {
@@ -92,6 +105,11 @@ std::size_t WeightStore::total_bytes() const noexcept {
   std::size_t total = 0;
   for (const auto& [name, t] : tensors_) total += t.nbytes;
   return total;
+}
+
+void WeightStore::release(const std::byte* p, std::size_t n) const noexcept {
+  for (const auto& file : files_)
+    if (file->release(p, n)) return;
 }
 
 }  // namespace specdec

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -325,6 +326,65 @@ TEST_CASE("integer kernels: every quantised type and Isa, ragged shapes, n = 1..
       }
     }
   }
+}
+
+TEST_CASE("repacked weights (rows16): the same rows and bitwise the same products",
+          "[cpu][kernels]") {
+  std::vector<Isa> isas;
+  for (Isa isa : supported_isas())
+    if (cpu::repack_helps(isa, DType::q4_k)) isas.push_back(isa);
+  if (isas.empty()) {
+    WARN("SKIPPED: no AVX512-VNNI (every Isa reads the file's layout)");
+    return;
+  }
+  for (DType dtype : integer_types) {
+    const std::size_t block = dtype_block_elems(dtype);
+    CHECK(cpu::repack_helps(isas.front(), dtype));
+    // Groups of 16 whole and cut (17, 37, 5 rows), one block and several; then each row range
+    // of 13 starts and ends inside a group.
+    for (const auto& [rows, cols] : std::vector<std::pair<std::size_t, std::size_t>>{
+             {17, block}, {37, 3 * block}, {5, 4864}, {48, 2 * block}}) {
+      INFO(dtype_name(dtype) << " [" << rows << ", " << cols << "]");
+      const TestMatrix m = random_matrix(dtype, rows, cols, static_cast<unsigned>(rows + cols));
+      const std::optional<cpu::RepackedMatrix> packed = cpu::repack_weights(isas.front(), m.ref);
+      REQUIRE(packed.has_value());
+      const cpu::MatrixRef& w = packed->ref();
+      CHECK(w.layout == cpu::WeightLayout::rows16);
+      CHECK(packed->bytes() == (rows + 15) / 16 * 16 * m.ref.row_bytes);
+      CHECK_FALSE(cpu::repack_weights(isas.front(), w).has_value());  // already repacked
+      // Every row reads back as the same values.
+      std::vector<float> row(cols);
+      for (std::size_t r = 0; r < rows; ++r) {
+        cpu::dequantize_row(w, r, row.data());
+        REQUIRE(std::memcmp(row.data(), m.dequantized.data() + r * cols, cols * sizeof(float)) ==
+                0);
+      }
+      const std::vector<float> x = normal_floats(16 * cols, static_cast<unsigned>(cols), 2.0f);
+      for (Isa isa : isas)
+        for (std::size_t n = 1; n <= 16; ++n) {
+          INFO("n=" << n << " " << cpu::isa_name(isa));
+          cpu::PackedInput in;
+          in.pack(isa, dtype, x.data(), n, cols, cols);
+          std::vector<float> file(n * rows), repacked(n * rows, std::nanf(""));
+          cpu::matmul(isa, m.ref, in, 0, rows, file.data(), rows);
+          for (std::size_t r0 = 0; r0 < rows; r0 += 13)
+            cpu::matmul(isa, w, in, r0, std::min(rows, r0 + 13), repacked.data(), rows);
+          REQUIRE(bitwise_equal(repacked, file));
+        }
+      // Only the VNNI kernels read the layout: any other Isa is refused by name.
+      cpu::PackedInput in;
+      in.pack(Isa::portable, dtype, x.data(), 1, cols, cols);
+      std::vector<float> y(rows);
+      CHECK_THROWS_WITH(cpu::matmul(Isa::portable, w, in, 0, rows, y.data(), rows),
+                        Catch::Contains("repacked for AVX512-VNNI"));
+    }
+  }
+  // The types the VNNI kernels read as they are get no copy.
+  for (DType dtype : {DType::q8_0, DType::f16, DType::bf16, DType::f32}) {
+    const TestMatrix m = make_matrix(dtype, 16, 64, 7);
+    CHECK_FALSE(cpu::repack_weights(isas.front(), m.ref).has_value());
+  }
+  CHECK_FALSE(cpu::repack_helps(Isa::avx2, DType::q4_k));
 }
 
 TEST_CASE("q8_k_rows packing: the documented quantisation, AVX-512 bytes equal to portable",

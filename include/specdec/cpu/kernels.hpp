@@ -122,18 +122,58 @@ std::size_t physical_cores();
 // ------------------------------------------------------------------------------------------------
 // Weight x activations
 
-/// A weight matrix [rows, cols] in place in a memory map.
+/// How a matrix's rows lie in memory.
+enum class WeightLayout : std::uint8_t {
+  /// As in the file: row r at data + r * row_bytes.
+  rows,
+  /// Interleaved for the AVX512-VNNI integer kernels (repack_weights()): groups of 16 rows,
+  /// group g's 16 x row_bytes bytes at data + 16 * g * row_bytes, the rows' blocks interleaved
+  /// field by field (src/cpu/kernels_impl.hpp, "rows16") so that the kernel reads them as one
+  /// stream of ready registers. Only matmul() on Isa::avx512 / amx with AVX512-VNNI and
+  /// dequantize_row() read it.
+  rows16,
+};
+
+/// A weight matrix [rows, cols], in place in a memory map or in a repacked copy.
 struct MatrixRef {
   DType dtype = DType::f32;
   const std::byte* data = nullptr;
   std::size_t rows = 0;
   std::size_t cols = 0;
-  std::size_t row_bytes = 0;  ///< bytes from one row to the next
+  std::size_t row_bytes = 0;  ///< bytes of one row's blocks (from one row to the next in `rows`)
+  WeightLayout layout = WeightLayout::rows;
 
   /// The view of a 2-D tensor of any DType; throws specdec::Error naming it when it is not a
   /// matrix, its rows do not hold whole blocks or its data is too short.
   static MatrixRef of(const Tensor& t);
 };
+
+/// A matrix rewritten for the kernels of one Isa (repack_weights()); owns its bytes.
+class RepackedMatrix {
+ public:
+  [[nodiscard]] const MatrixRef& ref() const noexcept { return ref_; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  friend std::optional<RepackedMatrix> repack_weights(Isa isa, const MatrixRef& w);
+  struct Free {
+    void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<std::byte[], Free> storage_;
+  std::size_t bytes_ = 0;
+  MatrixRef ref_;
+};
+
+/// Whether `isa`'s kernels read `dtype` faster from a repacked copy: the integer types other
+/// than Q8_0 (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS) on Isa::avx512 / amx when the
+/// CPU has AVX512-VNNI. (The AVX2 kernels, Q8_0 and the float types read the file's layout.)
+bool repack_helps(Isa isa, DType dtype) noexcept;
+
+/// The copy of w in the layout the kernels of `isa` read fastest, or std::nullopt when they read
+/// the file's layout (repack_helps() is false, or the matrix is already repacked). matmul() on
+/// the copy gives bitwise the same products, for any row range; the copy is the matrix's size
+/// plus at most 15 zero rows.
+std::optional<RepackedMatrix> repack_weights(Isa isa, const MatrixRef& w);
 
 /// Whether matmul() has kernels for weights of this type (every DType has them; the Transformer
 /// still checks, so that a type added to the model layer first fails at load, by name).
@@ -234,10 +274,8 @@ class PackedInput {
 void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_begin,
             std::size_t row_end, float* y, std::size_t ldy);
 
-/// Row r of a matrix as floats (dequantised), for embedding look-ups and tests.
-inline void dequantize_row(const MatrixRef& w, std::size_t r, float* out) {
-  dequantize(w.dtype, w.data + r * w.row_bytes, out, w.cols);
-}
+/// Row r of a matrix as floats (dequantised), for embedding look-ups and tests; either layout.
+void dequantize_row(const MatrixRef& w, std::size_t r, float* out);
 
 /// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp_f32(-gate[i])) * up[i], bitwise the same on
 /// every Isa.

@@ -53,6 +53,12 @@ struct Options {
   /// q. A contiguous prefix 0 .. N-1 reads the head's first N rows in place; any other list
   /// copies its rows once (N x row bytes). first_tokens(N) makes the prefix.
   std::vector<token_t> head_tokens{};
+  /// Rewrite the weight matrices at load into the layout the kernels read fastest
+  /// (cpu::repack_weights: the integer types other than Q8_0 when the Isa's kernels are the
+  /// AVX512-VNNI ones), and release the memory map's pages of what was copied, so that resident
+  /// memory stays about the file's size. Results are bitwise the same either way; false (or the
+  /// environment variable SPECDEC_REPACK=0) keeps the file's layout, for comparison.
+  bool repack_weights = true;
 };
 
 /// The logit of a token outside Options::head_tokens: finite (the samplers refuse infinite
@@ -141,6 +147,9 @@ class Transformer {
   [[nodiscard]] std::size_t threads() const noexcept;
   /// Bytes of the KV cache's allocation (its pages become resident as positions are used).
   [[nodiscard]] std::size_t kv_cache_bytes() const noexcept;
+  /// Bytes of weights rewritten at load (Options::repack_weights) and the seconds that took.
+  [[nodiscard]] std::size_t repacked_bytes() const noexcept;
+  [[nodiscard]] double repack_seconds() const noexcept;
   /// Steps of up to 16 tokens run so far with the workers and on the calling thread alone.
   struct ThreadingStats {
     std::size_t with_workers = 0;
@@ -150,6 +159,8 @@ class Transformer {
 
  private:
   struct State;  // buffers, KV cache, resolved tensors (defined in transformer.cpp)
+  /// Options::repack_weights: replaces the multiplied matrices by repacked copies.
+  void repack(const WeightStore& weights);
   /// One sequence's share of a step: `tokens` appended to `model`'s cache, their logits rows
   /// written to `logits` ([tokens][vocab]).
   struct Segment {

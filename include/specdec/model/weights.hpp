@@ -48,6 +48,11 @@ class MappedFile {
   [[nodiscard]] const std::byte* data() const noexcept { return data_; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  /// Drops the resident pages wholly inside [p, p + n) when that range lies in this map
+  /// (madvise MADV_DONTNEED): for a reader that copied those bytes elsewhere. A later read of
+  /// them faults the file's pages in again, so this changes memory use, never contents.
+  /// Returns whether the range was in this map.
+  bool release(const std::byte* p, std::size_t n) const noexcept;
 
  private:
   std::string path_;
@@ -68,6 +73,8 @@ class WeightStore {
     return tensors_;
   }
   [[nodiscard]] std::size_t total_bytes() const noexcept;
+  /// MappedFile::release on the file whose map holds [p, p + n), if any.
+  void release(const std::byte* p, std::size_t n) const noexcept;
   /// The memory maps the tensors point into (several for a sharded checkpoint).
   [[nodiscard]] const std::vector<std::shared_ptr<const MappedFile>>& files() const noexcept {
     return files_;
