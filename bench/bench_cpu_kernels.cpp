@@ -6,9 +6,11 @@
 //   specdec_bench_cpu_kernels --benchmark_filter='BM_matmul/11/'
 // Arguments: dtype (its index in the DType enum: 0 f32, 1 f16, 2 bf16, 3 q4_0, 4 q4_1, 5 q5_0,
 // 6 q5_1, 7 q8_0, 8 q2_k, 9 q3_k, 10 q4_k, 11 q5_k, 12 q6_k, 13 iq4_nl, 14 iq4_xs), tokens n,
-// Isa (0 portable .. 3 amx). Counters: weight bytes streamed per second (what must exceed the
-// DRAM bandwidth per core for decode to be memory-bound) and tokens x weights per second.
-// Weights are random blocks (random_blocks(): finite scales; values do not change timings).
+// Isa (0 portable .. 3 amx), and for the integer types the layout (0 the file's, 1 repacked at
+// load for the AVX512-VNNI kernel: cpu::repack_weights). Counters: weight bytes streamed per second
+// (what must exceed the DRAM bandwidth per core for decode to be memory-bound) and tokens x weights
+// per second. Weights are random blocks (random_blocks(): finite scales; values do not change
+// timings).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -62,7 +64,18 @@ void run_matmul(benchmark::State& state, std::size_t rows, std::size_t cols) {
     return;
   }
   const std::vector<std::byte>& bytes = weights(dtype, rows, cols);
-  const cpu::MatrixRef m{dtype, bytes.data(), rows, cols, dtype_row_bytes(dtype, cols, "bench")};
+  cpu::MatrixRef m{dtype, bytes.data(), rows, cols, dtype_row_bytes(dtype, cols, "bench")};
+  const bool repack = state.range(3) != 0;
+  if (repack && cpu::repacked_bytes(isa, m) == 0) {
+    state.SkipWithError("no repacked layout for this dtype and Isa");
+    return;
+  }
+  // The repacked copy lives as long as the run (the file's bytes stay cached for the next).
+  cpu::WeightBuffer repacked;
+  if (repack) {
+    repacked = cpu::WeightBuffer(cpu::repacked_bytes(isa, m));
+    m = cpu::repack_weights(isa, m, repacked.data());
+  }
   std::vector<float> x(n * cols);
   random_blocks(DType::f32, {reinterpret_cast<std::byte*>(x.data()), x.size() * 4}, 2, 1.0f);
   cpu::PackedInput packed;
@@ -77,7 +90,7 @@ void run_matmul(benchmark::State& state, std::size_t rows, std::size_t cols) {
   state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(rows * cols * n),
                                                benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(dtype_name(dtype)) + " " + cpu::isa_name(isa) +
-                 kernel_note(isa, dtype));
+                 kernel_note(isa, dtype) + (repack ? " repacked" : ""));
 }
 
 /// A matrix that fits in L2: the compute side of each kernel.
@@ -169,13 +182,14 @@ std::vector<std::int64_t> all_dtype_indices() {
 }  // namespace
 
 BENCHMARK(BM_matmul)
-    ->ArgsProduct({all_dtype_indices(), {1, 2, 4, 8, 16}, {0, 1, 2, 3}})
+    ->ArgsProduct({all_dtype_indices(), {1, 2, 4, 8, 16}, {0, 1, 2, 3}, {0, 1}})
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_matmul_stream)
     ->ArgsProduct({all_dtype_indices(),
                    {1, 2, 4, 8, 16},
-                   {static_cast<int>(Isa::avx2), static_cast<int>(Isa::avx512)}})
+                   {static_cast<int>(Isa::avx2), static_cast<int>(Isa::avx512)},
+                   {0, 1}})
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_read_stream)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);

@@ -650,25 +650,28 @@ bool repack_helps(Isa isa, DType dtype) noexcept {
          vnni_integer_kernels(isa);
 }
 
-std::optional<RepackedMatrix> repack_weights(Isa isa, const MatrixRef& w) {
-  if (w.layout != WeightLayout::rows || !repack_helps(isa, w.dtype)) return std::nullopt;
+std::size_t repacked_bytes(Isa isa, const MatrixRef& w) noexcept {
+  if (w.layout != WeightLayout::rows || !repack_helps(isa, w.dtype)) return 0;
+  return (w.rows + 15) / 16 * 16 * w.row_bytes;
+}
+
+MatrixRef repack_weights(Isa isa, const MatrixRef& w, std::byte* out) {
+  if (repacked_bytes(isa, w) == 0)
+    throw Error(fmt::format("repack_weights: [{}, {}] {} has no repacked layout on {}", w.rows,
+                            w.cols, dtype_name(w.dtype), isa_name(isa)));
   const detail::QuantType q = quant_type(w.dtype);
   const std::size_t groups = (w.rows + 15) / 16, group_bytes = 16 * w.row_bytes;
-  RepackedMatrix out;
-  out.bytes_ = groups * group_bytes;
-  out.storage_.reset(static_cast<std::byte*>(::operator new[](out.bytes_, std::align_val_t{64})));
-  std::byte* data = out.storage_.get();
   for (std::size_t g = 0; g < groups; ++g) {
-    std::byte* group = data + g * group_bytes;
+    std::byte* group = out + g * group_bytes;
     const std::size_t rows = std::min<std::size_t>(16, w.rows - 16 * g);
     if (rows < 16) std::memset(group, 0, group_bytes);  // the padding rows: zero weights
     for (std::size_t lane = 0; lane < rows; ++lane)
       rows16_copy_row<true>(q, w.row_bytes, lane, w.data + (16 * g + lane) * w.row_bytes, group);
   }
-  out.ref_ = w;
-  out.ref_.data = data;
-  out.ref_.layout = WeightLayout::rows16;
-  return out;
+  MatrixRef packed = w;
+  packed.data = out;
+  packed.layout = WeightLayout::rows16;
+  return packed;
 }
 
 void dequantize_row(const MatrixRef& w, std::size_t r, float* out) {

@@ -1,5 +1,6 @@
 // How much memory this process may still allocate (for Transformer's check before it allocates
 // a KV cache), and byte counts for messages.
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -9,7 +10,10 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 
+#include "specdec/common.hpp"
+#include "specdec/cpu/kernels.hpp"
 #include "specdec/cpu/transformer.hpp"
 
 namespace specdec::cpu {
@@ -78,6 +82,41 @@ std::string format_bytes(std::size_t bytes) {
     ++unit;
   }
   return fmt::format("{:.{}f} {}", value, value < 10 ? 1 : 0, units[unit]);
+}
+
+WeightBuffer::WeightBuffer(std::size_t bytes) {
+  if (bytes == 0) return;
+  // Map 2 MiB more than asked and trim both ends, so that the buffer starts on a 2 MiB boundary
+  // (a huge page can only back a 2 MiB-aligned range).
+  constexpr std::size_t huge = std::size_t{2} << 20;
+  const std::size_t size = (bytes + huge - 1) / huge * huge;
+  void* p =
+      ::mmap(nullptr, size + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    throw Error(fmt::format("cannot map {} for repacked weights", format_bytes(bytes)));
+  auto* raw = static_cast<std::byte*>(p);
+  const std::size_t lead = (huge - reinterpret_cast<std::uintptr_t>(raw) % huge) % huge;
+  if (lead != 0) ::munmap(raw, lead);
+  if (huge - lead != 0) ::munmap(raw + lead + size, huge - lead);
+  data_ = raw + lead;
+  size_ = size;
+  ::madvise(data_, size_, MADV_HUGEPAGE);  // a hint: without it the kernels only run slower
+}
+
+WeightBuffer::WeightBuffer(WeightBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+WeightBuffer& WeightBuffer::operator=(WeightBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) ::munmap(data_, size_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+WeightBuffer::~WeightBuffer() {
+  if (data_ != nullptr) ::munmap(data_, size_);
 }
 
 }  // namespace specdec::cpu

@@ -139,7 +139,7 @@ struct Transformer::State {
   std::vector<float> head_out;       // [n][N]
   std::vector<LayerWeights> layers;
   // The repacked copies the MatrixRefs above point into (Options::repack_weights).
-  std::vector<RepackedMatrix> repacked;
+  WeightBuffer repacked;
   std::size_t repacked_bytes = 0;
   double repack_seconds = 0;
   std::vector<float> inv_freq;
@@ -343,19 +343,21 @@ void Transformer::repack(const WeightStore& w) {
   for (LayerWeights& l : s.layers)
     for (MatrixRef* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) matrices.push_back(m);
   matrices.push_back(s.head_ids.empty() ? &s.output : &s.head);
-  std::vector<std::optional<RepackedMatrix>> copies(matrices.size());
+  // One buffer for all of them (huge pages), each copy at a 4 KiB boundary.
+  std::vector<std::size_t> offsets(matrices.size() + 1, 0);
+  for (std::size_t i = 0; i < matrices.size(); ++i)
+    offsets[i + 1] = offsets[i] + round_up(cpu::repacked_bytes(s.isa, *matrices[i]), 4096);
+  if (offsets.back() == 0) return;
+  s.repacked = WeightBuffer(offsets.back());
   s.pool->run(matrices.size(), [&](std::size_t i, std::size_t) {
-    const MatrixRef& m = *matrices[i];
-    copies[i] = repack_weights(s.isa, m);
+    MatrixRef& m = *matrices[i];
+    if (offsets[i + 1] == offsets[i]) return;
+    const MatrixRef file = m;
+    m = repack_weights(s.isa, file, s.repacked.data() + offsets[i]);
     // The copy replaces the mapped pages (a restricted head's gathered rows are not mapped).
-    if (copies[i]) w.release(m.data, m.rows * m.row_bytes);
+    w.release(file.data, file.rows * file.row_bytes);
   });
-  for (std::size_t i = 0; i < matrices.size(); ++i) {
-    if (!copies[i]) continue;
-    *matrices[i] = copies[i]->ref();
-    s.repacked_bytes += copies[i]->bytes();
-    s.repacked.push_back(std::move(*copies[i]));
-  }
+  s.repacked_bytes = offsets.back();
   if (!s.head_ids.empty() && s.head.data != s.head_rows.data()) s.head_rows = {};
   s.repack_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

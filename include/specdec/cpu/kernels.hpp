@@ -148,20 +148,24 @@ struct MatrixRef {
   static MatrixRef of(const Tensor& t);
 };
 
-/// A matrix rewritten for the kernels of one Isa (repack_weights()); owns its bytes.
-class RepackedMatrix {
+/// Anonymous memory for repacked weights: 2 MiB aligned and advised into transparent huge pages
+/// (MADV_HUGEPAGE), since a decode step streams all of it and 4 KiB pages would cost a TLB miss
+/// every 4 KiB. Move-only; unmapped on destruction.
+class WeightBuffer {
  public:
-  [[nodiscard]] const MatrixRef& ref() const noexcept { return ref_; }
-  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+  WeightBuffer() = default;
+  explicit WeightBuffer(std::size_t bytes);  ///< throws specdec::Error when mmap fails
+  WeightBuffer(WeightBuffer&& other) noexcept;
+  WeightBuffer& operator=(WeightBuffer&& other) noexcept;
+  WeightBuffer(const WeightBuffer&) = delete;
+  WeightBuffer& operator=(const WeightBuffer&) = delete;
+  ~WeightBuffer();
+  [[nodiscard]] std::byte* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
  private:
-  friend std::optional<RepackedMatrix> repack_weights(Isa isa, const MatrixRef& w);
-  struct Free {
-    void operator()(std::byte* p) const noexcept { ::operator delete[](p, std::align_val_t{64}); }
-  };
-  std::unique_ptr<std::byte[], Free> storage_;
-  std::size_t bytes_ = 0;
-  MatrixRef ref_;
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 /// Whether `isa`'s kernels read `dtype` faster from a repacked copy: the integer types other
@@ -169,11 +173,14 @@ class RepackedMatrix {
 /// CPU has AVX512-VNNI. (The AVX2 kernels, Q8_0 and the float types read the file's layout.)
 bool repack_helps(Isa isa, DType dtype) noexcept;
 
-/// The copy of w in the layout the kernels of `isa` read fastest, or std::nullopt when they read
-/// the file's layout (repack_helps() is false, or the matrix is already repacked). matmul() on
-/// the copy gives bitwise the same products, for any row range; the copy is the matrix's size
-/// plus at most 15 zero rows.
-std::optional<RepackedMatrix> repack_weights(Isa isa, const MatrixRef& w);
+/// Bytes of w's copy in the layout the kernels of `isa` read fastest: the matrix's size rounded
+/// up to 16 rows; 0 when they read the file's layout (repack_helps() is false, or w is already
+/// repacked).
+std::size_t repacked_bytes(Isa isa, const MatrixRef& w) noexcept;
+/// Writes that copy to `out` (repacked_bytes(isa, w) bytes, 64-byte aligned) and returns its
+/// view; matmul() on it gives bitwise the same products, for any row range. The rows past
+/// w.rows (to a multiple of 16) are zero.
+MatrixRef repack_weights(Isa isa, const MatrixRef& w, std::byte* out);
 
 /// Whether matmul() has kernels for weights of this type (every DType has them; the Transformer
 /// still checks, so that a type added to the model layer first fails at load, by name).
