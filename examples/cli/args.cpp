@@ -26,7 +26,7 @@ constexpr Alias kAliases[] = {
     {"-md", "--model-draft"},    {"-cd", "--ctx-size-draft"}, {"-td", "--threads-draft"},
     {"-ctk", "--cache-type-k"},  {"-ctv", "--cache-type-v"},  {"-co", "--color"},
     {"-sys", "--system-prompt"}, {"-np", "--parallel"},       {"-sp", "--special"},
-    {"-to", "--timeout"},
+    {"-to", "--timeout"},        {"-nr", "--no-repack"},
 };
 
 // ------------------------------------------------------------------------ llama.cpp flags

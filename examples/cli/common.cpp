@@ -371,6 +371,7 @@ cpu::Options model_options(const LoadedModel& file, std::string_view role,
   o.kv_type = flags.kv_type();
   o.threads = role == "draft" && flags.threads_draft ? *flags.threads_draft : flags.threads;
   o.context_length = context_positions(file, role, flags);
+  o.repack_weights = flags.repack;
   return o;
 }
 

@@ -217,6 +217,7 @@ nlohmann::json settings_json(const GenerateOptions& o, const GeneratePlan& plan,
   settings["context_length"] = target_context;
   if (draft_context) settings["draft_context_length"] = *draft_context;
   settings["kv_cache_type"] = o.models.cache_type_k;
+  settings["repack_weights"] = o.models.repack;
   if (o.ignore_eos) settings["ignore_eos"] = true;
   if (o.special) settings["special"] = true;
   if (o.n_probs) settings["n_probs"] = *o.n_probs;

@@ -165,6 +165,7 @@ struct ModelFlags {
   std::optional<std::size_t> context_draft;  ///< -cd: default -c
   std::string cache_type_k = "f32";          ///< --cache-type-k / -ctk
   std::string cache_type_v = "f32";          ///< --cache-type-v / -ctv
+  bool repack = true;                        ///< --repack / --no-repack (-nr)
   [[nodiscard]] KvType kv_type() const;      ///< throws when K and V differ
 };
 

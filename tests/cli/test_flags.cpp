@@ -157,6 +157,16 @@ TEST_CASE("the context, draft context, draft threads and KV cache type flags rea
       outcome(json_of(plus(base_args(), {"--cache-type-k", "f16", "--cache-type-v", "f16"})));
   CHECK(f16["kv_cache_type"] == "f16");
   CHECK(outcome(json_of(plus(base_args(), {"-ctk", "f16", "-ctv", "f16"}))) == f16);
+  // Weight repacking: on by default, off through both spellings (llama.cpp's), and it changes
+  // no token (tests/cpu/test_invariants.cpp compares the logits of quantised models bitwise).
+  CHECK(j["repack_weights"] == true);
+  for (const char* off : {"--no-repack", "-nr"}) {
+    const auto r = json_of(plus(base_args(), {off}));
+    CHECK(r["repack_weights"] == false);
+    nlohmann::json same = outcome(r);
+    same["repack_weights"] = true;
+    CHECK(same == outcome(j));
+  }
 }
 
 TEST_CASE("a draft with a shorter context is reported at the start", "[cli]") {

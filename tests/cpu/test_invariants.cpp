@@ -149,6 +149,11 @@ TEST_CASE("every quantised type: batch invariant, the same logits on every instr
       model.reset();
       CHECK(rows_equal(run_in_chunks(model, tokens, sizes), single));
     }
+    // The weights repacked at load (on AVX512-VNNI) and the file's layout: the same bits.
+    CHECK((model.repacked_bytes() > 0) == cpu::repack_helps(cpu::default_isa(), dtype));
+    Transformer file_layout(m.config, m.weights, {.threads = 2, .repack_weights = false});
+    CHECK(file_layout.repacked_bytes() == 0);
+    CHECK(rows_equal(run_in_chunks(file_layout, tokens, {24}), single));
     for (Isa isa : {Isa::portable, Isa::avx2, Isa::avx512, Isa::amx}) {
       if (!cpu::isa_supported(isa)) continue;
       const IsaOverride use(isa);
@@ -214,13 +219,18 @@ TEST_CASE("a restricted output head computes exactly the listed rows", "[cpu][in
     std::vector<token_t> scattered;
     for (std::size_t i = 1; i < vocab; i += 3) scattered.push_back(static_cast<token_t>(i));
     for (const std::vector<token_t>& ids : {cpu::first_tokens(vocab / 2), scattered}) {
+      // The head repacked (on AVX512-VNNI: Q6_K) and in the file's layout.
       Transformer head(m.config, m.weights, {.threads = 2, .head_tokens = ids});
+      Transformer head_file_layout(m.config, m.weights,
+                                   {.threads = 2, .head_tokens = ids, .repack_weights = false});
       std::vector<bool> listed(vocab, false);
       for (const token_t id : ids) listed[static_cast<std::size_t>(id)] = true;
       for (const std::vector<std::size_t>& sizes :
            {std::vector<std::size_t>{12}, std::vector<std::size_t>{1, 4, 7}}) {
         head.reset();
+        head_file_layout.reset();
         const std::vector<float> rows = run_in_chunks(head, tokens, sizes);
+        CHECK(rows_equal(run_in_chunks(head_file_layout, tokens, sizes), rows));
         std::size_t mismatches = 0;
         for (std::size_t t = 0; t < tokens.size(); ++t)
           for (std::size_t v = 0; v < vocab; ++v) {
