@@ -611,8 +611,9 @@ bool vnni_integer_kernels(Isa isa) {
   return (isa == Isa::avx512 || isa == Isa::amx) && cpu_features().avx512_vnni;
 }
 
-/// The rows16 position of byte `at` of field f of block b of row r (lane r % 16 of its group),
-/// relative to the group's start (kernels_impl.hpp, "rows16").
+/// Where byte `at` of field f of block b of the row in lane `lane` lies in a rows16 group,
+/// from the group's start (kernels_impl.hpp, "rows16"); `at` is a multiple of 4 (or 0 or 1 in a
+/// 2-byte field).
 std::size_t rows16_position(const detail::BlockField& f, std::size_t block_bytes, std::size_t b,
                             std::size_t lane, std::size_t at) {
   const std::size_t field = 16 * (b * block_bytes + f.offset);
@@ -620,8 +621,9 @@ std::size_t rows16_position(const detail::BlockField& f, std::size_t block_bytes
   return field + 64 * (at / 4) + 4 * lane + at % 4;
 }
 
-/// Copies row r's bytes between the file's layout (`row`, row_bytes long) and its place in a
-/// rows16 group (`group`), one dword (or a 2-byte field) at a time.
+/// Copies the bytes of the row in lane `lane` of a rows16 group between the file's layout (a
+/// row of row_bytes) and the group: ToRows16 from the row to the group, else back. One dword (or
+/// 2-byte field) at a time, at the places the table of kernels_impl.hpp gives.
 template <bool ToRows16>
 void rows16_copy_row(detail::QuantType q, std::size_t row_bytes, std::size_t lane,
                      const std::byte* from, std::byte* to) {

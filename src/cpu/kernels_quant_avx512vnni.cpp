@@ -308,18 +308,18 @@ struct Prefetcher {
 /// The 16 rows of a group in the file's layout; lanes past `valid` repeat the group's first row
 /// (they are computed and not stored).
 struct FileGroup {
+  alignas(64) int offsets[16];  // row i's offset from row 0 (the lanes past `valid`: 0)
+  Rows rows;
   const std::byte* w0;
   std::size_t bytes;
-  Rows rows;
   Prefetcher prefetch;
-  alignas(64) int offsets[16];
 
   FileGroup(const QuantArgs& a, std::size_t r0, std::size_t valid, std::size_t block_bytes)
-      : w0(a.w + r0 * a.row_bytes),
-        bytes(block_bytes),
+      : offsets{},
         rows{},
-        prefetch{w0, a.row_bytes, block_bytes, prefetch_ahead, r0 + 32 <= a.rows},
-        offsets{} {
+        w0(a.w + r0 * a.row_bytes),
+        bytes(block_bytes),
+        prefetch{w0, a.row_bytes, block_bytes, prefetch_ahead, r0 + 32 <= a.rows} {
     for (std::size_t i = 0; i < 16; ++i)
       offsets[i] = static_cast<int>((i < valid ? i : 0) * a.row_bytes);
     rows.offsets = _mm512_load_si512(offsets);
