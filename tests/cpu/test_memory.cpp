@@ -5,13 +5,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "specdec/common.hpp"
 #include "specdec/cpu/transformer.hpp"
 #include "specdec/model/loader.hpp"
+#include "specdec/model/weights.hpp"
 #include "specdec_test.hpp"
 
 using specdec::KvType;
@@ -131,4 +135,50 @@ TEST_CASE("the check honours RLIMIT_AS (ulimit -v)", "[cpu][memory]") {
   CHECK(message.find("cpu::Transformer: a context of ") == 0);
   CHECK(message.find("but RLIMIT_AS (ulimit -v) allows") != std::string::npos);
   CHECK(message.find("small context failed") == std::string::npos);
+}
+
+namespace {
+
+/// Resident file-backed pages of this process, in bytes (/proc/self/statm's third field).
+std::size_t resident_file_bytes() {
+  std::ifstream in("/proc/self/statm");
+  std::size_t size = 0, resident = 0, shared = 0;
+  in >> size >> resident >> shared;
+  return shared * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+TEST_CASE("releasing a mapped range drops its resident pages and keeps its contents",
+          "[cpu][memory]") {
+  // 32 MiB of a pattern in a file, mapped and read whole (resident), then released.
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("specdec-test-release-" + std::to_string(getpid()) + ".bin"))
+                               .string();
+  constexpr std::size_t bytes = std::size_t{32} << 20;
+  {
+    std::ofstream out(path, std::ios::binary);
+    for (std::size_t i = 0; i < bytes / 4; ++i) {
+      const auto v = static_cast<std::uint32_t>(i * 2654435761u);
+      out.write(reinterpret_cast<const char*>(&v), 4);
+    }
+  }
+  const specdec::MappedFile file(path);
+  auto checksum = [&] {
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < bytes; i += 64)
+      sum += std::to_integer<std::uint64_t>(file.data()[i]) * (i + 1);
+    return sum;
+  };
+  const std::uint64_t before = checksum();
+  const std::size_t resident = resident_file_bytes();
+  CHECK(file.release(file.data() + 4096, bytes - 8192));
+  const std::size_t dropped = resident - resident_file_bytes();
+  CHECK(dropped >= bytes - (std::size_t{2} << 20));  // all but the two edge pages, about
+  CHECK(checksum() == before);                       // read again from the file
+  // A range outside the map, or running past its end, is not this map's.
+  const std::byte other[16] = {};
+  CHECK_FALSE(file.release(other, sizeof other));
+  CHECK_FALSE(file.release(file.data() + bytes - 16, 32));
+  std::remove(path.c_str());
 }
