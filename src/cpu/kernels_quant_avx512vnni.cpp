@@ -4,7 +4,8 @@
 //
 // Layout: 16 weight rows at a time, one per 32-bit lane ("lanes = rows", as the Q8_0 kernel in
 // kernels_avx512vnni.cpp). A block of the 16 rows is read once from memory, its packed bytes
-// transposed so that dword i of lane r holds bytes 4i..4i+3 of row r, and its bit fields unpacked
+// transposed so that dword i of lane r holds bytes 4i..4i+3 of row r (or, for weights repacked
+// at load into the rows16 layout of kernels_impl.hpp, loaded already so), its bit fields unpacked
 // into unsigned 8-bit weights in the same lanes, in the weights' natural order: register k holds
 // weights 4k..4k+3 of every row. Every token of the call then multiplies that block: vpdpbusd
 // with the token's 4 activation quants broadcast adds 16 rows x 4 products per instruction, one

@@ -1,6 +1,7 @@
 #pragma once
 // The CPU backend: a Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) with a KV cache, reading
-// its weights in place from the memory-mapped files (F32, F16, BF16, Q8_0).
+// its weights from the memory-mapped files in place, or (the integer types on AVX512-VNNI)
+// from a copy repacked at load for the kernels (Options::repack_weights).
 //
 // What makes it suitable for exact speculative decoding:
 //  - forward(t) costs about one pass over the weights whatever t.size() is (up to 16 tokens the
