@@ -13,21 +13,26 @@ import argparse
 import statistics
 
 
-def parse(path):
+def parse_lines(lines):
+    """(header, rows) of the speed table in the lines of one specdec_bench_cpu output."""
     header, rows = None, []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.startswith("| "):
-                continue
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if cells[0] == "model":
-                header = cells if header is None else header
-                if "threads" not in cells:  # the resident-memory table
-                    break
-                continue
-            if header is not None and len(cells) == len(header) and "threads" in header:
-                rows.append(dict(zip(header, cells)))
+    for line in lines:
+        if not line.startswith("| "):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] == "model":
+            header = cells if header is None else header
+            if "threads" not in cells:  # the resident-memory table
+                break
+            continue
+        if header is not None and len(cells) == len(header) and "threads" in header:
+            rows.append(dict(zip(header, cells)))
     return header, rows
+
+
+def parse(path):
+    with open(path, encoding="utf-8") as f:
+        return parse_lines(f)
 
 
 def main():

@@ -58,12 +58,7 @@ def specdec_bench_cpu(build, model, threads, cpus, repack=True):
     env = dict(os.environ, SPECDEC_REPACK="1" if repack else "0")
     out, _ = run([build / "bench" / "specdec_bench_cpu", model, "--threads", threads,
                   "--tokens", "1,5,8,16", "--repeats", 9, "--prefill", 512], env=env, cpus=cpus)
-    with tempfile.NamedTemporaryFile("w", suffix=".md", delete=False) as f:
-        f.write(out)
-    try:
-        _, rows = bench_cpu_rounds.parse(f.name)
-    finally:
-        os.unlink(f.name)
+    _, rows = bench_cpu_rounds.parse_lines(out.splitlines())
     if len(rows) != 1:
         raise SystemExit(f"specdec_bench_cpu: expected one row for {model}, got {len(rows)}")
     return rows[0]

@@ -625,11 +625,10 @@ std::size_t rows16_position(const detail::BlockField& f, std::size_t block_bytes
 /// row of row_bytes) and the group: ToRows16 from the row to the group, else back. One dword (or
 /// 2-byte field) at a time, at the places the table of kernels_impl.hpp gives.
 template <bool ToRows16>
-void rows16_copy_row(detail::QuantType q, std::size_t row_bytes, std::size_t lane,
-                     const std::byte* from, std::byte* to) {
-  const detail::BlockFields fields = detail::rows16_fields(q);
-  const std::size_t block_bytes = static_cast<std::size_t>(fields.fields[fields.count - 1].offset +
-                                                           fields.fields[fields.count - 1].bytes);
+void rows16_copy_row(DType dtype, std::size_t row_bytes, std::size_t lane, const std::byte* from,
+                     std::byte* to) {
+  const detail::BlockFields fields = detail::rows16_fields(quant_type(dtype));
+  const std::size_t block_bytes = dtype_block_bytes(dtype);
   for (std::size_t b = 0; b < row_bytes / block_bytes; ++b)
     for (int i = 0; i < fields.count; ++i) {
       const detail::BlockField& f = fields.fields[i];
@@ -661,14 +660,14 @@ MatrixRef repack_weights(Isa isa, const MatrixRef& w, std::byte* out) {
   if (repacked_bytes(isa, w) == 0)
     throw Error(fmt::format("repack_weights: [{}, {}] {} has no repacked layout on {}", w.rows,
                             w.cols, dtype_name(w.dtype), isa_name(isa)));
-  const detail::QuantType q = quant_type(w.dtype);
   const std::size_t groups = (w.rows + 15) / 16, group_bytes = 16 * w.row_bytes;
   for (std::size_t g = 0; g < groups; ++g) {
     std::byte* group = out + g * group_bytes;
     const std::size_t rows = std::min<std::size_t>(16, w.rows - 16 * g);
     if (rows < 16) std::memset(group, 0, group_bytes);  // the padding rows: zero weights
     for (std::size_t lane = 0; lane < rows; ++lane)
-      rows16_copy_row<true>(q, w.row_bytes, lane, w.data + (16 * g + lane) * w.row_bytes, group);
+      rows16_copy_row<true>(w.dtype, w.row_bytes, lane, w.data + (16 * g + lane) * w.row_bytes,
+                            group);
   }
   MatrixRef packed = w;
   packed.data = out;
@@ -681,8 +680,8 @@ void dequantize_row(const MatrixRef& w, std::size_t r, float* out) {
     return dequantize(w.dtype, w.data + r * w.row_bytes, out, w.cols);
   thread_local std::vector<std::byte> row;
   row.resize(w.row_bytes);
-  rows16_copy_row<false>(quant_type(w.dtype), w.row_bytes, r % 16,
-                         w.data + r / 16 * 16 * w.row_bytes, row.data());
+  rows16_copy_row<false>(w.dtype, w.row_bytes, r % 16, w.data + r / 16 * 16 * w.row_bytes,
+                         row.data());
   dequantize(w.dtype, row.data(), out, w.cols);
 }
 
@@ -696,7 +695,7 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
   const std::size_t rows = row_end - row_begin;
   float* y0 = y + row_begin;
   if (w.layout == WeightLayout::rows16) {
-    if (!vnni_integer_kernels(isa) || !repack_helps(isa, w.dtype))
+    if (!repack_helps(isa, w.dtype))
       throw Error(fmt::format("matmul: [{}, {}] {} repacked for AVX512-VNNI, called on {}", w.rows,
                               w.cols, dtype_name(w.dtype), isa_name(isa)));
     detail::QuantArgs args{quant_type(w.dtype),

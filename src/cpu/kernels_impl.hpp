@@ -96,6 +96,17 @@ inline constexpr std::size_t iq4_xs_bytes = 136, iq4_xs_scales_h = 2, iq4_xs_sca
                              iq4_xs_qs = 8;
 }  // namespace block_layout
 
+/// Bytes of a block of the 32-blocks types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL).
+template <QuantType Q>
+constexpr std::size_t block32_bytes() {
+  using namespace block_layout;
+  return Q == QuantType::q4_0   ? q4_0_bytes
+         : Q == QuantType::q4_1 ? q4_1_bytes
+         : Q == QuantType::q5_0 ? q5_0_bytes
+         : Q == QuantType::q5_1 ? q5_1_bytes
+                                : iq4_nl_bytes;
+}
+
 /// The repacked layout of these types for the AVX512-VNNI kernel (MatrixRef::layout
 /// WeightLayout::rows16, written once at load by cpu::repack_weights): rows in groups of 16, a
 /// group's 16 x row_bytes bytes in the same place as in the file, inside it block b of the 16
@@ -109,6 +120,10 @@ struct BlockField {
   unsigned char offset, bytes;
 };
 struct BlockFields {
+  template <int N>
+  constexpr BlockFields(
+      const BlockField (&table)[N]) noexcept  // NOLINT(google-explicit-constructor)
+      : fields(table), count(N) {}
   const BlockField* fields;
   int count;
 };
@@ -126,29 +141,29 @@ inline constexpr BlockField iq4_xs_fields[] = {{0, 4}, {4, 4}, {8, 128}};  // d 
 inline constexpr BlockFields rows16_fields(QuantType q) {
   switch (q) {
     case QuantType::q4_0:
-      return {q4_0_fields, 2};
+      return q4_0_fields;
     case QuantType::q4_1:
-      return {q4_1_fields, 2};
+      return q4_1_fields;
     case QuantType::q5_0:
-      return {q5_0_fields, 3};
+      return q5_0_fields;
     case QuantType::q5_1:
-      return {q5_1_fields, 3};
+      return q5_1_fields;
     case QuantType::iq4_nl:
-      return {iq4_nl_fields, 2};
+      return iq4_nl_fields;
     case QuantType::q2_k:
-      return {q2_k_fields, 3};
+      return q2_k_fields;
     case QuantType::q3_k:
-      return {q3_k_fields, 4};
+      return q3_k_fields;
     case QuantType::q4_k:
-      return {q4_k_fields, 2};
+      return q4_k_fields;
     case QuantType::q5_k:
-      return {q5_k_fields, 3};
+      return q5_k_fields;
     case QuantType::q6_k:
-      return {q6_k_fields, 4};
+      return q6_k_fields;
     case QuantType::iq4_xs:
-      return {iq4_xs_fields, 3};
+      return iq4_xs_fields;
   }
-  return {nullptr, 0};
+  __builtin_unreachable();  // the switch names every QuantType
 }
 
 /// The 16 values of IQ4_NL / IQ4_XS plus 128: the unsigned weights u of those types.

@@ -105,15 +105,6 @@ inline __m256i transpose_add8(const __m256i v[8]) {
 // Blocks of 32: per row one register of weights; the zero point and the mins use the activation
 // block's quant sum, the same for every row.
 
-template <QuantType Q>
-constexpr std::size_t block32_bytes() {
-  return Q == QuantType::q4_0   ? q4_0_bytes
-         : Q == QuantType::q4_1 ? q4_1_bytes
-         : Q == QuantType::q5_0 ? q5_0_bytes
-         : Q == QuantType::q5_1 ? q5_1_bytes
-                                : iq4_nl_bytes;
-}
-
 /// Block b of the row at `block` as 32 weights (unsigned; signed IQ4_NL values), d and m.
 template <QuantType Q>
 inline __m256i unpack32(const std::byte* block, float& d, float& m) {

@@ -231,15 +231,6 @@ inline void add_fifth_bits(__m512i qh, __m512i w[8]) {
   }
 }
 
-template <QuantType Q>
-constexpr std::size_t block32_bytes() {
-  return Q == QuantType::q4_0   ? q4_0_bytes
-         : Q == QuantType::q4_1 ? q4_1_bytes
-         : Q == QuantType::q5_0 ? q5_0_bytes
-         : Q == QuantType::q5_1 ? q5_1_bytes
-                                : iq4_nl_bytes;
-}
-
 /// Unpacks one block of the 16 rows.
 template <QuantType Q, class Src>
 [[gnu::always_inline]] inline void unpack32(const Src& rows, Block32& o) {
