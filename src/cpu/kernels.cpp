@@ -232,7 +232,6 @@ InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols) {
       if (isa == Isa::avx512 && cpu_features().avx512_bf16) return InputFormat::bf16_rows;
       return InputFormat::f32;
     case DType::q8_0:
-      return isa == Isa::amx ? InputFormat::q8_0_tiles : InputFormat::q8_0_rows;
     case DType::q4_0:
     case DType::q4_1:
     case DType::q5_0:
@@ -298,8 +297,6 @@ std::size_t PackedInput::column_granule() const noexcept {
   switch (format_) {
     case InputFormat::f32:
       return 16;
-    case InputFormat::q8_0_tiles:
-      return 64;  // a pair of blocks
     case InputFormat::q8_k_rows:
       return 256;
     default:
@@ -338,13 +335,6 @@ void PackedInput::prepare(Isa isa, DType weight_dtype, std::size_t n, std::size_
       scales_.resize(n * (cols / 256));
       sums_.resize(n * (cols / 256) * detail::q8_k_sums);
       break;
-    case InputFormat::q8_0_tiles: {
-      const std::size_t chunks8 = (n + 7) / 8, slots = (blocks + 1) / 2;
-      words_.resize(chunks8 * slots * 256);
-      fix_.resize(chunks8 * slots * 8);
-      scales_.resize(chunks8 * blocks * 8);
-      break;
-    }
   }
 }
 
@@ -370,7 +360,7 @@ void PackedInput::pack_columns(const float* x, std::size_t ldx, std::size_t col_
       return;
     case InputFormat::q8_0_rows: {
       const std::size_t blocks = cols / q8_block_elems;
-      if (isa_ == Isa::avx512)
+      if (isa_ == Isa::avx512 || isa_ == Isa::amx)
         return detail::pack_q8_0_rows_avx512(x, n, ldx, cols, col_begin / 32, col_end / 32,
                                              q8_.data(), scales_.data(), offsets_.data());
       for (std::size_t t = 0; t < n; ++t)
@@ -395,10 +385,6 @@ void PackedInput::pack_columns(const float* x, std::size_t ldx, std::size_t col_
                               sums_.data() + (t * blocks + b) * detail::q8_k_sums);
       return;
     }
-    case InputFormat::q8_0_tiles:  // only for Isa::amx, which has AVX-512
-      detail::pack_q8_0_pairs_avx512(x, n, ldx, cols / q8_block_elems, col_begin / 32, col_end / 32,
-                                     words_.data(), scales_.data(), fix_.data());
-      return;
   }
 }
 
@@ -470,29 +456,6 @@ void fma_matmul_portable(const FmaArgs& a) {
   }
 }
 
-void q8_matmul_portable(const Q8RowsArgs& a) {
-  const std::size_t blocks = a.cols / q8_block_elems;
-  for (std::size_t r = 0; r < a.rows; ++r) {
-    const std::byte* row = a.w + r * a.row_bytes;
-    for (std::size_t t = 0; t < a.n; ++t) {
-      const std::int8_t* xq = a.xq + t * a.cols;
-      const float* xd = a.xd + t * blocks;
-      float acc = 0.0f;
-      for (std::size_t b = 0; b < blocks; ++b) {
-        const std::byte* block = row + b * q8_block_bytes;
-        std::uint16_t d16;
-        std::memcpy(&d16, block, 2);
-        const auto* wq = reinterpret_cast<const std::int8_t*>(block + 2);
-        std::int32_t isum = 0;
-        for (std::size_t j = 0; j < q8_block_elems; ++j)
-          isum += static_cast<std::int32_t>(wq[j]) * xq[b * 32 + j];
-        acc = std::fma(static_cast<float>(isum), fp16_to_fp32(d16) * xd[b], acc);
-      }
-      a.y[t * a.ldy + r] = acc;
-    }
-  }
-}
-
 void attend_portable(const AttentionArgs& a) {
   float* row = a.out;  // reused as the f32 copy of a K row before it holds the output
   for (std::size_t j = 0; j < a.count; ++j) {
@@ -550,6 +513,8 @@ namespace {
 
 detail::QuantType quant_type(DType t) {
   switch (t) {
+    case DType::q8_0:
+      return detail::QuantType::q8_0;
     case DType::q4_0:
       return detail::QuantType::q4_0;
     case DType::q4_1:
@@ -598,13 +563,9 @@ detail::FmaWeights fma_type(DType t) {
   }
 }
 
-/// The AMX kernels take whole groups of 16 rows; a range that ends inside a group gets its last
-/// rows copied into a zero-padded group (per thread, reused).
-struct TailRows {
-  std::vector<std::byte> bytes;
-  float y[16 * 16];
-};
-thread_local TailRows tail_rows;
+/// The AMX BF16 kernel takes whole groups of 16 rows; a range that ends inside a group gets its
+/// last rows copied into a zero-padded group (per thread, reused).
+thread_local std::vector<std::byte> tail_rows;
 
 /// Whether the integer kernels of `isa` are the AVX512-VNNI ones (which alone read rows16).
 bool vnni_integer_kernels(Isa isa) {
@@ -627,7 +588,7 @@ std::size_t rows16_position(const detail::BlockField& f, std::size_t block_bytes
 template <bool ToRows16>
 void rows16_copy_row(DType dtype, std::size_t row_bytes, std::size_t lane, const std::byte* from,
                      std::byte* to) {
-  const detail::BlockFields fields = detail::rows16_fields(quant_type(dtype));
+  const detail::BlockFields fields = detail::quant_traits(quant_type(dtype)).rows16;
   const std::size_t block_bytes = dtype_block_bytes(dtype);
   for (std::size_t b = 0; b < row_bytes / block_bytes; ++b)
     for (int i = 0; i < fields.count; ++i) {
@@ -647,8 +608,7 @@ void rows16_copy_row(DType dtype, std::size_t row_bytes, std::size_t lane, const
 }  // namespace
 
 bool repack_helps(Isa isa, DType dtype) noexcept {
-  return dtype != DType::q8_0 && !is_float_dtype(dtype) && has_matmul_kernel(dtype) &&
-         vnni_integer_kernels(isa);
+  return !is_float_dtype(dtype) && has_matmul_kernel(dtype) && vnni_integer_kernels(isa);
 }
 
 std::size_t repacked_bytes(Isa isa, const MatrixRef& w) noexcept {
@@ -726,48 +686,26 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
     case InputFormat::q8_k_rows:
       return quant_matmul(isa, {quant_type(w.dtype), w0, w.row_bytes, rows, w.cols, x.q8(),
                                 x.q8_scales(), nullptr, x.q8_sums(), x.n(), y0, ldy});
-    case InputFormat::q8_0_rows: {
-      if (w.dtype != DType::q8_0)
-        return quant_matmul(isa, {quant_type(w.dtype), w0, w.row_bytes, rows, w.cols, x.q8(),
-                                  x.q8_scales(), x.q8_offsets(), nullptr, x.n(), y0, ldy});
-      const detail::Q8RowsArgs args{
-          w0, w.row_bytes, rows, w.cols, x.q8(), x.q8_scales(), x.q8_offsets(), x.n(), y0, ldy};
-      if (isa == Isa::avx512 && cpu_features().avx512_vnni)
-        return detail::q8_matmul_avx512vnni(args);
-      if (isa == Isa::avx2 || isa == Isa::avx512) return detail::q8_matmul_avx2(args);
-      return detail::q8_matmul_portable(args);
-    }
+    case InputFormat::q8_0_rows:
+      return quant_matmul(isa, {quant_type(w.dtype), w0, w.row_bytes, rows, w.cols, x.q8(),
+                                x.q8_scales(), x.q8_offsets(), nullptr, x.n(), y0, ldy});
     case InputFormat::bf16_rows:
       return detail::bf16_matmul_avx512bf16(
           {w0, w.row_bytes, rows, w.cols, x.bf16(), x.n(), y0, ldy});
-    case InputFormat::bf16_tiles:
-    case InputFormat::q8_0_tiles: {
-      const bool bf16 = x.format() == InputFormat::bf16_tiles;
-      std::size_t full = rows / 16 * 16;
-      // The Q8_0 kernel's windows run 32 bytes past an odd last block of a row, into the next
-      // row: for the matrix's last row that would be past the tensor, so its group goes through
-      // the padded copy below.
-      const bool reads_past_row = !bf16 && (w.cols / q8_block_elems) % 2 != 0;
-      if (reads_past_row && row_end == w.rows && full == rows) full -= 16;
-      auto run = [&](const std::byte* wp, std::size_t row_bytes, std::size_t count, float* yp,
-                     std::size_t ld) {
-        if (bf16)
-          detail::bf16_matmul_amx({wp, row_bytes, count, w.cols, x.bf16(), x.n(), yp, ld});
-        else
-          detail::q8_matmul_amx({wp, row_bytes, count, w.cols, x.q8_tiles(), x.q8_scales(),
-                                 x.q8_fix(), x.n(), yp, ld});
-      };
-      if (full > 0) run(w0, w.row_bytes, full, y0, ldy);
+    case InputFormat::bf16_tiles: {
+      const std::size_t full = rows / 16 * 16;
+      if (full > 0)
+        detail::bf16_matmul_amx({w0, w.row_bytes, full, w.cols, x.bf16(), x.n(), y0, ldy});
       if (full == rows) return;
-      // Tail: copy the remaining rows into a zero-padded group of 16 rows (and 64 bytes more).
+      // Tail: copy the remaining rows into a zero-padded group of 16 rows. The kernel writes
+      // y[t * ld + r] for all 16 padded rows: give it a scratch with ld = 16, then copy the real
+      // rows out. Token chunks are handled by the kernel.
       const std::size_t tail = rows - full;
-      TailRows& tr = tail_rows;
-      tr.bytes.assign(16 * w.row_bytes + 64, std::byte{0});
-      std::memcpy(tr.bytes.data(), w0 + full * w.row_bytes, tail * w.row_bytes);
-      // The kernel writes y[t * ld + r] for all 16 padded rows: give it a scratch with ld = 16
-      // per token chunk, then copy the real rows out. Token chunks are handled by the kernel.
+      tail_rows.assign(16 * w.row_bytes, std::byte{0});
+      std::memcpy(tail_rows.data(), w0 + full * w.row_bytes, tail * w.row_bytes);
       std::vector<float> scratch(x.n() * 16);
-      run(tr.bytes.data(), w.row_bytes, 16, scratch.data(), 16);
+      detail::bf16_matmul_amx(
+          {tail_rows.data(), w.row_bytes, 16, w.cols, x.bf16(), x.n(), scratch.data(), 16});
       for (std::size_t t = 0; t < x.n(); ++t)
         for (std::size_t r = 0; r < tail; ++r) y0[t * ldy + full + r] = scratch[t * 16 + r];
       return;

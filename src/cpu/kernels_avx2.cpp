@@ -108,59 +108,6 @@ void fma_matmul(const FmaArgs& a) {
   for (; r < a.rows; ++r) fma_rows<W, 1>(a, r);
 }
 
-// ---- Q8_0 ---------------------------------------------------------------------------------------
-
-/// Exact int32 dot products of 8 weight blocks (8 rows) with one activation block, as 8 lanes.
-inline __m256i q8_dot8(const __m256i w[8], const __m256i wabs[8], __m256i x) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i lanes[8];
-  for (int i = 0; i < 8; ++i) {
-    // |w| * (x with w's sign): maddubs (u8 x s8 pairs into i16) cannot saturate, |w|, |x| <= 128,
-    // 127.
-    const __m256i prod16 = _mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(x, w[i]));
-    lanes[i] = _mm256_madd_epi16(prod16, ones);
-  }
-  // Transpose-add: result lane i = sum of lanes[i]'s 8 int32 (integer sums: any order is exact).
-  const __m256i h01 = _mm256_hadd_epi32(lanes[0], lanes[1]);
-  const __m256i h23 = _mm256_hadd_epi32(lanes[2], lanes[3]);
-  const __m256i h45 = _mm256_hadd_epi32(lanes[4], lanes[5]);
-  const __m256i h67 = _mm256_hadd_epi32(lanes[6], lanes[7]);
-  const __m256i q0 = _mm256_hadd_epi32(h01, h23);  // [r0 r1 r2 r3 | r0 r1 r2 r3] halves
-  const __m256i q1 = _mm256_hadd_epi32(h45, h67);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20),
-                          _mm256_permute2x128_si256(q0, q1, 0x31));
-}
-
-/// 8 rows (rows past `valid` read as zero blocks) against every token.
-inline void q8_rows8(const Q8RowsArgs& a, std::size_t r0, std::size_t valid,
-                     float* acc /* [n][8] */) {
-  const std::size_t blocks = a.cols / q8_block_elems;
-  for (std::size_t i = 0; i < a.n * 8; ++i) acc[i] = 0.0f;
-  for (std::size_t b = 0; b < blocks; ++b) {
-    __m256i w[8], wabs[8];
-    alignas(16) std::uint16_t d16[8];
-    for (std::size_t i = 0; i < 8; ++i) {
-      if (i < valid) {
-        const std::byte* block = a.w + (r0 + i) * a.row_bytes + b * q8_block_bytes;
-        d16[i] = *reinterpret_cast<const std::uint16_t*>(block);
-        w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
-      } else {
-        d16[i] = 0;
-        w[i] = _mm256_setzero_si256();
-      }
-      wabs[i] = _mm256_sign_epi8(w[i], w[i]);
-    }
-    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d16)));
-    for (std::size_t t = 0; t < a.n; ++t) {
-      const __m256i x =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + t * a.cols + b * 32));
-      const __m256 isum = _mm256_cvtepi32_ps(q8_dot8(w, wabs, x));
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.xd[t * blocks + b]));
-      _mm256_storeu_ps(acc + t * 8, _mm256_fmadd_ps(isum, scale, _mm256_loadu_ps(acc + t * 8)));
-    }
-  }
-}
-
 // ---- exp (same operations as exp_f32 in kernels.cpp) ------------------------------------------
 
 inline __m256 exp8(__m256 x) {
@@ -235,23 +182,6 @@ void fma_matmul_avx2(const FmaArgs& a) {
       return fma_matmul<FmaWeights::f16>(a);
     case FmaWeights::bf16:
       return fma_matmul<FmaWeights::bf16>(a);
-  }
-}
-
-void q8_matmul_avx2(const Q8RowsArgs& a) {
-  // acc: [16 tokens][8 rows], tokens handled 16 at a time.
-  alignas(32) float acc[16 * 8] = {};  // q8_rows8 fills [chunk.n][valid]; only that is read
-  for (std::size_t t0 = 0; t0 < a.n; t0 += 16) {
-    Q8RowsArgs chunk = a;
-    chunk.n = a.n - t0 < 16 ? a.n - t0 : 16;
-    chunk.xq = a.xq + t0 * a.cols;
-    chunk.xd = a.xd + t0 * (a.cols / q8_block_elems);
-    for (std::size_t r = 0; r < a.rows; r += 8) {
-      const std::size_t valid = a.rows - r < 8 ? a.rows - r : 8;
-      q8_rows8(chunk, r, valid, acc);
-      for (std::size_t t = 0; t < chunk.n; ++t)
-        for (std::size_t i = 0; i < valid; ++i) a.y[(t0 + t) * a.ldy + r + i] = acc[t * 8 + i];
-    }
   }
 }
 

@@ -327,41 +327,4 @@ void pack_bf16_rows_avx512(const float* x, std::size_t n, std::size_t ldx, std::
     }
 }
 
-void pack_q8_0_pairs_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t blocks,
-                            std::size_t b0, std::size_t b1, std::uint32_t* out, float* scales,
-                            std::uint32_t* fix) {
-  const std::size_t slots = (blocks + 1) / 2;
-  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  // Column of the second block: 34 zero bytes (the first block's 32 quants and the second
-  // block's scale in the weight row), then its quants 0..29.
-  alignas(64) std::int8_t shifted[128] = {};
-  for (std::size_t t = 0; t < n; ++t) {
-    const std::size_t c = t / 8, lane = t % 8;
-    const std::size_t tokens =
-        n - 8 * c < 8 ? n - 8 * c : 8;  // of this chunk: a tile row is 2 * tokens dwords
-    const __m512i rows = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(static_cast<int>(2 * tokens)));
-    for (std::size_t b = b0; b < b1; ++b) {
-      float d = 0.0f;
-      const __m256i q = quantize_q8_0_block(x + t * ldx + b * 32, d);
-      scales[(c * blocks + b) * 8 + lane] = d;
-      std::uint32_t* slot = out + c * slots * 256 + (b / 2) * 32 * tokens;
-      if (b % 2 == 0) {  // column `lane`: rows 0-7 the quants, rows 8-15 zero
-        _mm512_i32scatter_epi32(slot + lane, rows, _mm512_zextsi256_si512(q), 4);
-        if (b + 1 == blocks)  // an odd last block has no partner: its column is zero
-          _mm512_i32scatter_epi32(slot + tokens + lane, rows, _mm512_setzero_si512(), 4);
-      } else {  // column tokens + lane
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(shifted + 34), q);
-        _mm512_i32scatter_epi32(slot + tokens + lane, rows, _mm512_load_si512(shifted), 4);
-        alignas(32) std::int8_t qb[32];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(qb), q);
-        fix[(c * slots + b / 2) * 8 + lane] =
-            static_cast<std::uint16_t>(static_cast<std::int16_t>(qb[30])) |
-            static_cast<std::uint32_t>(
-                static_cast<std::uint16_t>(static_cast<std::int16_t>(qb[31])))
-                << 16;
-      }
-    }
-  }
-}
-
 }  // namespace specdec::cpu::detail

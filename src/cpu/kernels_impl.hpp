@@ -42,30 +42,10 @@ void fma_matmul_portable(const FmaArgs& a);
 void fma_matmul_avx2(const FmaArgs& a);
 void fma_matmul_avx512(const FmaArgs& a);
 
-/// The Q8_0 paths with row-major quantised activations: xq int8 [n][cols], xd f32 [n][cols/32],
-/// x_offsets int32 [n][cols/32] = -128 * (sum of the block's 32 quants), the term that the VNNI
-/// kernel's unsigned weights (w + 128) add to each block's dot product (the others ignore it).
-struct Q8RowsArgs {
-  const std::byte* w;
-  std::size_t row_bytes;
-  std::size_t rows;
-  std::size_t cols;
-  const std::int8_t* xq;
-  const float* xd;
-  const std::int32_t* x_offsets;
-  std::size_t n;
-  float* y;
-  std::size_t ldy;
-};
-void q8_matmul_portable(const Q8RowsArgs& a);
-void q8_matmul_avx2(const Q8RowsArgs& a);
-/// AVX512-VNNI (kernels_avx512vnni.cpp): needs cpu_features().avx512_vnni.
-void q8_matmul_avx512vnni(const Q8RowsArgs& a);
-
-// ---- every other quantised type: integer kernels ------------------------------------------------
+// ---- the quantised types: integer kernels -------------------------------------------------------
 //
-// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (blocks of 32, activations in the q8_0_rows layout) and Q2_K,
-// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (super-blocks of 256, activations in the q8_k_rows layout).
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (blocks of 32, activations in the q8_0_rows layout) and
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (super-blocks of 256, activations in the q8_k_rows layout).
 // Each kernel reads a block as unsigned 8-bit weights u, integer sub-block scales sc_j and mins
 // mn_j, a zero point z and the block's binary16 factors d and m (kernels.hpp, "Reduction order",
 // has the table), forms the exact integers
@@ -76,11 +56,25 @@ void q8_matmul_avx512vnni(const Q8RowsArgs& a);
 // whatever order a kernel adds them in, so every instruction set gives the same bits.
 
 /// The quantised weight types of these kernels (kernels.cpp maps DType to it).
-enum class QuantType : int { q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs };
+enum class QuantType : int {
+  q8_0,
+  q4_0,
+  q4_1,
+  q5_0,
+  q5_1,
+  iq4_nl,
+  q2_k,
+  q3_k,
+  q4_k,
+  q5_k,
+  q6_k,
+  iq4_xs
+};
 
 /// Byte offsets inside a block, for the SIMD kernels, which cannot include the model layer's
 /// structs (specdec/model/quant_blocks.hpp); kernels_quant.cpp checks every one against them.
 namespace block_layout {
+inline constexpr std::size_t q8_0_bytes = 34, q8_0_qs = 2;
 inline constexpr std::size_t q4_0_bytes = 18, q4_0_qs = 2;
 inline constexpr std::size_t q4_1_bytes = 20, q4_1_m = 2, q4_1_qs = 4;
 inline constexpr std::size_t q5_0_bytes = 22, q5_0_qh = 2, q5_0_qs = 6;
@@ -96,21 +90,11 @@ inline constexpr std::size_t iq4_xs_bytes = 136, iq4_xs_scales_h = 2, iq4_xs_sca
                              iq4_xs_qs = 8;
 }  // namespace block_layout
 
-/// Bytes of a block of the 32-blocks types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL).
-template <QuantType Q>
-constexpr std::size_t block32_bytes() {
-  using namespace block_layout;
-  return Q == QuantType::q4_0   ? q4_0_bytes
-         : Q == QuantType::q4_1 ? q4_1_bytes
-         : Q == QuantType::q5_0 ? q5_0_bytes
-         : Q == QuantType::q5_1 ? q5_1_bytes
-                                : iq4_nl_bytes;
-}
-
 /// The repacked layout of these types for the AVX512-VNNI kernel (MatrixRef::layout
 /// WeightLayout::rows16, written once at load by cpu::repack_weights): rows in groups of 16, a
 /// group's 16 x row_bytes bytes in the same place as in the file, inside it block b of the 16
-/// rows at 16 * b * block_bytes, holding each of the block's fields (below) at 16 x its offset:
+/// rows at 16 * b * block_bytes, holding each of the block's fields (QuantTraits::rows16) at 16 x
+/// its offset:
 ///  - a field of 4k bytes as k registers of 64 bytes, register i = dword i of rows 0..15 (what
 ///    the kernel's transposes of the file's layout produce, stored in the order it uses them);
 ///  - a 2-byte field (a binary16 factor) as the 16 rows' values in order (32 bytes).
@@ -127,6 +111,7 @@ struct BlockFields {
   const BlockField* fields;
   int count;
 };
+inline constexpr BlockField q8_0_fields[] = {{0, 2}, {2, 32}};             // d, qs
 inline constexpr BlockField q4_0_fields[] = {{0, 2}, {2, 16}};             // d, qs
 inline constexpr BlockField q4_1_fields[] = {{0, 4}, {4, 16}};             // d | m, qs
 inline constexpr BlockField q5_0_fields[] = {{0, 2}, {2, 4}, {6, 16}};     // d, qh, qs
@@ -138,33 +123,88 @@ inline constexpr BlockField q4_k_fields[] = {{0, 16}, {16, 128}};  // d | dmin a
 inline constexpr BlockField q5_k_fields[] = {{0, 16}, {16, 32}, {48, 128}};
 inline constexpr BlockField q6_k_fields[] = {{0, 128}, {128, 64}, {192, 16}, {208, 2}};
 inline constexpr BlockField iq4_xs_fields[] = {{0, 4}, {4, 4}, {8, 128}};  // d | scales_h, ...
-inline constexpr BlockFields rows16_fields(QuantType q) {
-  switch (q) {
-    case QuantType::q4_0:
-      return q4_0_fields;
-    case QuantType::q4_1:
-      return q4_1_fields;
-    case QuantType::q5_0:
-      return q5_0_fields;
-    case QuantType::q5_1:
-      return q5_1_fields;
-    case QuantType::iq4_nl:
-      return iq4_nl_fields;
-    case QuantType::q2_k:
-      return q2_k_fields;
-    case QuantType::q3_k:
-      return q3_k_fields;
-    case QuantType::q4_k:
-      return q4_k_fields;
-    case QuantType::q5_k:
-      return q5_k_fields;
-    case QuantType::q6_k:
-      return q6_k_fields;
-    case QuantType::iq4_xs:
-      return iq4_xs_fields;
-  }
-  __builtin_unreachable();  // the switch names every QuantType
+
+/// The facts of each quantised type that every kernel shares, one row per QuantType (in the
+/// enum's order; kernels_quant.cpp checks the sizes against the model layer's block structs):
+/// weights and bytes per block, weights per sub-block scale, the zero point z of the unsigned
+/// weights u (kernels.hpp's table; z = 128 for the types whose values are signed bytes, u =
+/// value + 128), whether the block has a min factor m, and the block's fields in the rows16
+/// layout. What only one instruction set needs (an unpacking trick) stays in its file.
+struct QuantTraits {
+  std::size_t block_elems, block_bytes;
+  int sub_elems, zero_point;
+  bool has_min;
+  BlockFields rows16;
+};
+inline constexpr QuantTraits quant_traits_table[] = {
+    // elems  bytes                      sub  z    min    rows16 fields
+    {32, block_layout::q8_0_bytes, 32, 128, false, q8_0_fields},       // q8_0
+    {32, block_layout::q4_0_bytes, 32, 8, false, q4_0_fields},         // q4_0
+    {32, block_layout::q4_1_bytes, 32, 0, true, q4_1_fields},          // q4_1
+    {32, block_layout::q5_0_bytes, 32, 16, false, q5_0_fields},        // q5_0
+    {32, block_layout::q5_1_bytes, 32, 0, true, q5_1_fields},          // q5_1
+    {32, block_layout::iq4_nl_bytes, 32, 128, false, iq4_nl_fields},   // iq4_nl
+    {256, block_layout::q2_k_bytes, 16, 0, true, q2_k_fields},         // q2_k
+    {256, block_layout::q3_k_bytes, 16, 4, false, q3_k_fields},        // q3_k
+    {256, block_layout::q4_k_bytes, 32, 0, true, q4_k_fields},         // q4_k
+    {256, block_layout::q5_k_bytes, 32, 0, true, q5_k_fields},         // q5_k
+    {256, block_layout::q6_k_bytes, 16, 32, false, q6_k_fields},       // q6_k
+    {256, block_layout::iq4_xs_bytes, 32, 128, false, iq4_xs_fields},  // iq4_xs
+};
+static_assert(sizeof(quant_traits_table) / sizeof(quant_traits_table[0]) ==
+              static_cast<std::size_t>(QuantType::iq4_xs) + 1);
+constexpr const QuantTraits& quant_traits(QuantType q) {
+  return quant_traits_table[static_cast<int>(q)];
 }
+
+/// For the blocks of 32 with a zero point (a power of two): the right shift that turns the
+/// packed activation offset (-128 * the block's quant sum) into -z * sum.
+constexpr int zero_point_shift(QuantType q) {
+  return 7 - __builtin_ctz(quant_traits(q).zero_point);
+}
+
+// Internal linkage: every kernel file compiles its own copy with its own -m flags, so that the
+// linker cannot hand one ISA's copy to another's callers.
+namespace {  // NOLINT(cert-dcl59-cpp,google-build-namespaces)
+
+/// Prefetch for streaming `Rows` interleaved rows (the integer kernels' groups of 8 or 16 rows,
+/// file layout): while block b of the group is computed, the lines `ahead` bytes further along
+/// each row (past the row's end: the same row of the next group) are requested into L2. The
+/// interleaved rows defeat the hardware prefetchers: measured on the project's Xeon with
+/// specdec_bench_cpu_kernels BM_matmul_stream, one thread, AVX512-VNNI, Q4_0 / Q4_K / Q6_K n = 1
+/// took 104 / 98 / 119 ms without, 68 / 70 / 78 with 512 bytes ahead (about the same from 256 to
+/// 1536), and 20% less at n = 8; prefetching the next group of rows instead gained nothing.
+template <int Rows>
+struct RowPrefetcher {
+  static constexpr std::size_t ahead = 512;
+  /// prefetcht2, written as an assembly statement: GCC 12 deletes a loop whose body only holds
+  /// __builtin_prefetch (_mm_prefetch) calls, as this one's does.
+  static void prefetch_l2(const std::byte* p) {
+    __asm__ volatile("prefetcht2 %0" : : "m"(*reinterpret_cast<const char*>(p)));
+  }
+
+  const std::byte* group;  ///< row 0 of the current group
+  std::size_t row_bytes, bytes;
+  bool next_group;  ///< whether the next group of Rows rows exists
+  void operator()(std::size_t b) const {
+    // The lines of byte range [lo, lo + bytes) along a row, less the one block b - 1 requested.
+    const std::size_t lo = b * bytes + ahead, last = (lo + bytes - 1) / 64;
+    std::size_t first = lo / 64;
+    if (b != 0 && (lo - 1) / 64 == first) ++first;
+    for (std::size_t l = first; l <= last; ++l) {
+      std::size_t off = 64 * l;
+      const std::byte* base = group;
+      if (off >= row_bytes) {
+        if (!next_group) return;
+        off -= row_bytes;
+        base = group + Rows * row_bytes;
+      }
+      for (int r = 0; r < Rows; ++r) prefetch_l2(base + r * row_bytes + off);
+    }
+  }
+};
+
+}  // namespace
 
 /// The 16 values of IQ4_NL / IQ4_XS plus 128: the unsigned weights u of those types.
 inline constexpr unsigned char iq4_values_u8[16] = {1,   24,  45,  63,  79,  93,  106, 118,
@@ -176,7 +216,8 @@ inline constexpr std::size_t q8_k_sums = 24;
 
 /// y[t * ldy + r] = dot(W[r], x[t]) for r in [0, rows), t in [0, n); w points at row 0.
 /// Blocks of 32: xq int8 [n][cols], xd f32 [n][cols/32], x_offsets int32 [n][cols/32]
-/// (-128 * the block's quant sum, as for Q8_0), x_sums unused.
+/// (-128 * the block's quant sum: the zero-point term of unsigned weights u = w + 128, which the
+/// VNNI kernels start each block's sum from), x_sums unused.
 /// Blocks of 256: xq int8 [n][cols], xd f32 [n][cols/256], x_sums int16 [n][cols/256][24],
 /// x_offsets unused.
 struct QuantArgs {
@@ -236,37 +277,12 @@ struct AmxBf16Args {
   std::size_t ldy;
 };
 void bf16_matmul_amx(const AmxBf16Args& a);
-/// Q8_0: xt, xd, fix as pack_q8_0_pairs_avx512 writes them (chunks of 8 tokens).
-struct AmxQ8Args {
-  const std::byte* w;
-  std::size_t row_bytes;
-  std::size_t rows;
-  std::size_t cols;
-  const std::uint32_t* xt;
-  const float* xd;
-  const std::uint32_t* fix;
-  std::size_t n;
-  float* y;
-  std::size_t ldy;
-};
-void q8_matmul_amx(const AmxQ8Args& a);
-/// The AMX activation layouts (kernels.hpp: PackedInput) written with AVX-512 (same conversions
-/// as the portable f32_to_bf16 and quantize_row_q8_0): pairs [p0, p1) of `pairs` (bf16), blocks
-/// [b0, b1) of `blocks` (Q8_0), of tokens [0, n). BF16: chunks of 16 tokens, per 32 columns a tile
-/// of 16 rows (k pairs) x m dwords (m = the chunk's token count); a chunk starts every 16 * pairs
-/// dwords, its steps are 16m dwords apart.
+/// The AMX activation layout bf16_tiles (kernels.hpp: PackedInput) written with AVX-512 (same
+/// conversions as the portable f32_to_bf16): pairs [p0, p1) of `pairs`, of tokens [0, n), in chunks
+/// of 16 tokens, per 32 columns a tile of 16 rows (k pairs) x m dwords (m = the chunk's token
+/// count); a chunk starts every 16 * pairs dwords, its steps are 16m dwords apart.
 void pack_bf16_tiles_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t pairs,
                             std::size_t p0, std::size_t p1, std::uint32_t* out);
-/// Q8_0 for the AMX kernel, in chunks of 8 tokens: per pair of blocks (2p, 2p+1) one tile of 16
-/// rows x 2m dwords, m the chunk's token count (a chunk starts every 256 * ceil(blocks / 2)
-/// dwords, its slots are 32m dwords apart), two columns per token: column t = token t's block 2p
-/// quants in rows 0-7 (bytes 0-31) and zeros below; column m + t = 34 zero bytes then block
-/// 2p+1's quants 0-29 (the window a weight row's bytes 2..65 of the pair occupy). fix = quants 30
-/// and 31 of block 2p+1 as two int16 (the two products outside the window). An odd last block's
-/// column m + t is zero. Ranges [b0, b1) start at even blocks.
-void pack_q8_0_pairs_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t blocks,
-                            std::size_t b0, std::size_t b1, std::uint32_t* out, float* scales,
-                            std::uint32_t* fix);
 /// Blocks [b0, b1) of the q8_0_rows layout (int8 [n][cols], scales and offsets [n][cols/32]) with
 /// AVX-512, the same values as the portable packing.
 void pack_q8_0_rows_avx512(const float* x, std::size_t n, std::size_t ldx, std::size_t cols,

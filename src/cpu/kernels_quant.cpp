@@ -1,5 +1,5 @@
-// The portable integer kernels of the quantised weight types other than Q8_0 (kernels_impl.hpp,
-// "every other quantised type"): the reference that the AVX2 and AVX512-VNNI kernels reproduce
+// The portable integer kernels of the quantised weight types (kernels_impl.hpp, "the quantised
+// types"): the reference that the AVX2 and AVX512-VNNI kernels reproduce
 // bit for bit. Each block is read into the common form of kernels.hpp's table (unsigned weights
 // u, integer sub-block scales and mins, zero point z, factors d and m) from the model layer's
 // block structs, then multiplied with exact integer sums.
@@ -18,6 +18,7 @@ namespace specdec::cpu::detail {
 namespace check {
 using namespace block_layout;
 using namespace quant;
+static_assert(sizeof(BlockQ8_0) == q8_0_bytes && offsetof(BlockQ8_0, qs) == q8_0_qs);
 static_assert(sizeof(BlockQ4_0) == q4_0_bytes && offsetof(BlockQ4_0, qs) == q4_0_qs);
 static_assert(sizeof(BlockQ4_1) == q4_1_bytes && offsetof(BlockQ4_1, m) == q4_1_m &&
               offsetof(BlockQ4_1, qs) == q4_1_qs);
@@ -41,6 +42,22 @@ static_assert(sizeof(BlockIQ4XS) == iq4_xs_bytes &&
               offsetof(BlockIQ4XS, scales_h) == iq4_xs_scales_h &&
               offsetof(BlockIQ4XS, scales_l) == iq4_xs_scales_l &&
               offsetof(BlockIQ4XS, qs) == iq4_xs_qs);
+// The trait table's rows in QuantType's order, with the structs' sizes.
+constexpr bool row_is(QuantType q, std::size_t elems, std::size_t bytes) {
+  return quant_traits(q).block_elems == elems && quant_traits(q).block_bytes == bytes;
+}
+static_assert(row_is(QuantType::q8_0, kQK, sizeof(BlockQ8_0)) &&
+              row_is(QuantType::q4_0, kQK, sizeof(BlockQ4_0)) &&
+              row_is(QuantType::q4_1, kQK, sizeof(BlockQ4_1)) &&
+              row_is(QuantType::q5_0, kQK, sizeof(BlockQ5_0)) &&
+              row_is(QuantType::q5_1, kQK, sizeof(BlockQ5_1)) &&
+              row_is(QuantType::iq4_nl, kQK, sizeof(BlockIQ4NL)) &&
+              row_is(QuantType::q2_k, kQK_K, sizeof(BlockQ2_K)) &&
+              row_is(QuantType::q3_k, kQK_K, sizeof(BlockQ3_K)) &&
+              row_is(QuantType::q4_k, kQK_K, sizeof(BlockQ4_K)) &&
+              row_is(QuantType::q5_k, kQK_K, sizeof(BlockQ5_K)) &&
+              row_is(QuantType::q6_k, kQK_K, sizeof(BlockQ6_K)) &&
+              row_is(QuantType::iq4_xs, kQK_K, sizeof(BlockIQ4XS)));
 constexpr bool iq4_values_match() {
   for (int i = 0; i < 16; ++i)
     if (iq4_values_u8[i] != kIq4NlValues[i] + 128) return false;
@@ -86,38 +103,6 @@ void fifth_bits(const std::uint8_t* qh_bytes, std::uint8_t* u) {
   for (int j = 0; j < 32; ++j) u[j] = static_cast<std::uint8_t>(u[j] | (((qh >> j) & 1u) << 4));
 }
 
-/// Block sizes of each type: weights per block and bytes per block.
-struct Geometry {
-  std::size_t elems, bytes;
-};
-Geometry geometry(QuantType t) {
-  switch (t) {
-    case QuantType::q4_0:
-      return {32, sizeof(BlockQ4_0)};
-    case QuantType::q4_1:
-      return {32, sizeof(BlockQ4_1)};
-    case QuantType::q5_0:
-      return {32, sizeof(BlockQ5_0)};
-    case QuantType::q5_1:
-      return {32, sizeof(BlockQ5_1)};
-    case QuantType::iq4_nl:
-      return {32, sizeof(BlockIQ4NL)};
-    case QuantType::q2_k:
-      return {256, sizeof(BlockQ2_K)};
-    case QuantType::q3_k:
-      return {256, sizeof(BlockQ3_K)};
-    case QuantType::q4_k:
-      return {256, sizeof(BlockQ4_K)};
-    case QuantType::q5_k:
-      return {256, sizeof(BlockQ5_K)};
-    case QuantType::q6_k:
-      return {256, sizeof(BlockQ6_K)};
-    case QuantType::iq4_xs:
-      return {256, sizeof(BlockIQ4XS)};
-  }
-  return {32, 0};
-}
-
 /// The block at p in the common form (the same values the dequantisers of
 /// src/model/quants.cpp produce: tests/cpu/test_kernels.cpp checks the products against them).
 void unpack(QuantType type, const std::byte* p, Unpacked& o) {
@@ -129,6 +114,14 @@ void unpack(QuantType type, const std::byte* p, Unpacked& o) {
     o.mn[i] = 0;
   }
   switch (type) {
+    case QuantType::q8_0: {
+      // u = w + 128 with the zero point 128: sum (u - 128) x = sum w x, exactly.
+      const auto b = load<BlockQ8_0>(p);
+      for (int j = 0; j < 32; ++j) o.u[j] = static_cast<std::uint8_t>(b.qs[j] + 128);
+      o.z = 128;
+      o.d = fp16_to_fp32(b.d);
+      return;
+    }
     case QuantType::q4_0: {
       const auto b = load<BlockQ4_0>(p);
       nibbles(b.qs, o.u);
@@ -263,19 +256,19 @@ void unpack(QuantType type, const std::byte* p, Unpacked& o) {
 }  // namespace
 
 void quant_matmul_portable(const QuantArgs& a) {
-  const Geometry g = geometry(a.type);
-  const std::size_t blocks = a.cols / g.elems;
+  const QuantTraits& g = quant_traits(a.type);
+  const std::size_t blocks = a.cols / g.block_elems;
   std::vector<float> acc(a.n);
   Unpacked u;
   for (std::size_t r = 0; r < a.rows; ++r) {
     const std::byte* row = a.w + r * a.row_bytes;
     for (float& v : acc) v = 0.0f;
     for (std::size_t b = 0; b < blocks; ++b) {
-      unpack(a.type, row + b * g.bytes, u);
+      unpack(a.type, row + b * g.block_bytes, u);
       for (std::size_t t = 0; t < a.n; ++t) {
-        const std::int8_t* x = a.xq + t * a.cols + b * g.elems;
+        const std::int8_t* x = a.xq + t * a.cols + b * g.block_elems;
         std::int32_t isum = 0, msum = 0;
-        for (std::size_t i = 0; i < g.elems / 16; ++i) {
+        for (std::size_t i = 0; i < g.block_elems / 16; ++i) {
           std::int32_t dot = 0, xsum = 0;
           for (std::size_t k = 16 * i; k < 16 * i + 16; ++k) {
             dot += static_cast<std::int32_t>(u.u[k]) * x[k];

@@ -1,14 +1,14 @@
-// AVX2 integer kernels of the quantised types other than Q8_0 (kernels_impl.hpp, "every other
-// quantised type"). Compiled with -mavx2 -mfma -mf16c; also the path of AVX-512 CPUs without VNNI.
+// AVX2 integer kernels of the quantised types (kernels_impl.hpp, "the quantised types"). Compiled
+// with -mavx2 -mfma -mf16c; also the path of AVX-512 CPUs without VNNI.
 //
 // Layout: 8 weight rows at a time. Each row's block is unpacked once into unsigned 8-bit weights
-// in their natural order (signed for IQ4_NL and IQ4_XS, whose values are not small enough for
-// vpmaddubsw's unsigned operand), with its sub-block scales as int16 lanes; then for every token
-// vpmaddubsw multiplies 32 weights by 32 activation quants into 16 pair sums and vpmaddwd applies
-// the scales, giving 8 int32 partial sums per row; a transpose-add turns the 8 rows' partial sums
-// into one register of 8 exact row sums, and the float steps run 8 rows wide. The integers are
-// exact, the float steps those of the portable kernel (kernels_quant.cpp), so the results are
-// bitwise equal to it.
+// in their natural order (signed for the types with z = 128, Q8_0, IQ4_NL and IQ4_XS, whose
+// values as u = value + 128 would make vpmaddubsw's pair sums saturate), with its sub-block scales
+// as int16 lanes; then for every token vpmaddubsw multiplies 32 weights by 32 activation quants
+// into 16 pair sums and vpmaddwd applies the scales, giving 8 int32 partial sums per row; a
+// transpose-add turns the 8 rows' partial sums into one register of 8 exact row sums, and the float
+// steps run 8 rows wide. The integers are exact, the float steps those of the portable kernel
+// (kernels_quant.cpp), so the results are bitwise equal to it.
 #include <immintrin.h>
 
 #include "kernels_impl.hpp"
@@ -59,35 +59,7 @@ inline __m256i iq4_lookup(__m256i idx) {
   return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), idx);
 }
 
-/// Prefetch for streaming, as in kernels_quant_avx512vnni.cpp: while block b of 8 rows is
-/// computed, the lines 512 bytes further along each row (past the row's end: the same row of the
-/// next group of 8) are requested into L2; the 8 interleaved rows defeat the hardware prefetchers.
-struct Prefetcher {
-  const std::byte* group;  ///< row 0 of the current group
-  std::size_t row_bytes, bytes;
-  bool next_group;  ///< whether the next group of 8 rows exists
-  static constexpr std::size_t ahead = 512;
-  /// prefetcht2 as an assembly statement: GCC deletes loops that only hold _mm_prefetch calls.
-  static void prefetch_l2(const std::byte* p) {
-    __asm__ volatile("prefetcht2 %0" : : "m"(*reinterpret_cast<const char*>(p)));
-  }
-  void operator()(std::size_t b) const {
-    // The lines of byte range [lo, lo + bytes) along a row, less the one block b - 1 requested.
-    const std::size_t lo = b * bytes + ahead, last = (lo + bytes - 1) / 64;
-    std::size_t first = lo / 64;
-    if (b != 0 && (lo - 1) / 64 == first) ++first;
-    for (std::size_t l = first; l <= last; ++l) {
-      std::size_t off = 64 * l;
-      const std::byte* base = group;
-      if (off >= row_bytes) {
-        if (!next_group) return;
-        off -= row_bytes;
-        base = group + 8 * row_bytes;
-      }
-      for (int r = 0; r < 8; ++r) prefetch_l2(base + r * row_bytes + off);
-    }
-  }
-};
+using Prefetcher = RowPrefetcher<8>;
 
 /// Sum of each of 8 registers' 8 int32 lanes: lane i of the result = sum of v[i] (exact).
 inline __m256i transpose_add8(const __m256i v[8]) {
@@ -105,10 +77,11 @@ inline __m256i transpose_add8(const __m256i v[8]) {
 // Blocks of 32: per row one register of weights; the zero point and the mins use the activation
 // block's quant sum, the same for every row.
 
-/// Block b of the row at `block` as 32 weights (unsigned; signed IQ4_NL values), d and m.
+/// Block b of the row at `block` as 32 weights (unsigned; signed Q8_0 and IQ4_NL values), d, m.
 template <QuantType Q>
 inline __m256i unpack32(const std::byte* block, float& d, float& m) {
   d = half_to_float(block);
+  if constexpr (Q == QuantType::q8_0) return load256(block + q8_0_qs);
   if constexpr (Q == QuantType::q4_1 || Q == QuantType::q5_1) m = half_to_float(block + 2);
   if constexpr (Q == QuantType::q4_0) return nibbles32(load128(block + q4_0_qs));
   if constexpr (Q == QuantType::q4_1) return nibbles32(load128(block + q4_1_qs));
@@ -122,9 +95,9 @@ inline __m256i unpack32(const std::byte* block, float& d, float& m) {
 /// 8 rows (rows past `valid` repeat row 0) against every token; acc [n][8].
 template <QuantType Q>
 void rows32(const QuantArgs& a, std::size_t r0, std::size_t valid, float* acc) {
-  constexpr std::size_t bytes = block32_bytes<Q>();
-  constexpr bool has_min = Q == QuantType::q4_1 || Q == QuantType::q5_1;
-  constexpr bool is_signed = Q == QuantType::iq4_nl;
+  constexpr QuantTraits traits = quant_traits(Q);
+  constexpr std::size_t bytes = traits.block_bytes;
+  constexpr bool is_signed = traits.zero_point == 128;
   const std::size_t blocks = a.cols / 32;
   const std::byte* rows[8];
   for (std::size_t i = 0; i < 8; ++i) rows[i] = a.w + (r0 + (i < valid ? i : 0)) * a.row_bytes;
@@ -145,21 +118,20 @@ void rows32(const QuantArgs& a, std::size_t r0, std::size_t valid, float* acc) {
       const __m256i x = load256(a.xq + t * a.cols + b * 32);
       __m256i lanes[8];
       for (int i = 0; i < 8; ++i) {
-        // maddubs cannot saturate: |w| <= 31 (or 127 with the signs moved to x), |x| <= 127.
+        // maddubs cannot saturate: |w| <= 31 (or 128 with the signs moved to x), |x| <= 127.
         const __m256i pairs = is_signed ? _mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(x, w[i]))
                                         : _mm256_maddubs_epi16(w[i], x);
         lanes[i] = _mm256_madd_epi16(pairs, ones);
       }
       __m256i isum = transpose_add8(lanes);
-      // The zero point: -z * sum(x) = offset * z / 128 (offset = -128 * sum).
-      if constexpr (Q == QuantType::q4_0)
-        isum = _mm256_add_epi32(isum, _mm256_srai_epi32(_mm256_set1_epi32(a.x_offsets[xb]), 4));
-      if constexpr (Q == QuantType::q5_0)
-        isum = _mm256_add_epi32(isum, _mm256_srai_epi32(_mm256_set1_epi32(a.x_offsets[xb]), 3));
+      // The zero point of unsigned weights: -z * sum(x) = offset * z / 128 (offset = -128 * sum).
+      if constexpr (traits.zero_point != 0 && !is_signed)
+        isum = _mm256_add_epi32(
+            isum, _mm256_srai_epi32(_mm256_set1_epi32(a.x_offsets[xb]), zero_point_shift(Q)));
       const __m256 dx = _mm256_set1_ps(a.xd[xb]);
       __m256 v = _mm256_loadu_ps(acc + 8 * t);
       v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dv, dx), v);
-      if constexpr (has_min) {
+      if constexpr (traits.has_min) {
         // fma(float(sum), m dx, acc) as fma(-float(sum), -(m dx)): -sum = offset / 128 exactly.
         const __m256 neg_sum =
             _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_set1_epi32(a.x_offsets[xb]), 7));
@@ -355,56 +327,25 @@ inline void unpack_k<QuantType::iq4_xs>(const std::byte* p, RowK& o) {
   }
 }
 
-template <QuantType Q>
-struct KInfo;
-template <>
-struct KInfo<QuantType::q2_k> {
-  static constexpr std::size_t bytes = q2_k_bytes;
-  static constexpr bool has_min = true, is_signed = false;
-};
-template <>
-struct KInfo<QuantType::q3_k> {
-  static constexpr std::size_t bytes = q3_k_bytes;
-  static constexpr bool has_min = false, is_signed = false;
-};
-template <>
-struct KInfo<QuantType::q4_k> {
-  static constexpr std::size_t bytes = q4_k_bytes;
-  static constexpr bool has_min = true, is_signed = false;
-};
-template <>
-struct KInfo<QuantType::q5_k> {
-  static constexpr std::size_t bytes = q5_k_bytes;
-  static constexpr bool has_min = true, is_signed = false;
-};
-template <>
-struct KInfo<QuantType::q6_k> {
-  static constexpr std::size_t bytes = q6_k_bytes;
-  static constexpr bool has_min = false, is_signed = false;
-};
-template <>
-struct KInfo<QuantType::iq4_xs> {
-  static constexpr std::size_t bytes = iq4_xs_bytes;
-  static constexpr bool has_min = false, is_signed = true;
-};
-
 /// 8 rows (rows past `valid` repeat row 0) against every token; acc [n][8].
 template <QuantType Q>
 void rows_k(const QuantArgs& a, std::size_t r0, std::size_t valid, float* acc) {
-  using Info = KInfo<Q>;
+  constexpr QuantTraits traits = quant_traits(Q);
+  constexpr bool is_signed = traits.zero_point == 128;  // IQ4_XS: see the file's comment
   const std::size_t blocks = a.cols / 256;
   const std::byte* rows[8];
   for (std::size_t i = 0; i < 8; ++i) rows[i] = a.w + (r0 + (i < valid ? i : 0)) * a.row_bytes;
   for (std::size_t i = 0; i < a.n * 8; ++i) acc[i] = 0.0f;
   RowK blk[8];
-  const Prefetcher prefetch{a.w + r0 * a.row_bytes, a.row_bytes, Info::bytes, r0 + 16 <= a.rows};
+  const Prefetcher prefetch{a.w + r0 * a.row_bytes, a.row_bytes, traits.block_bytes,
+                            r0 + 16 <= a.rows};
   for (std::size_t b = 0; b < blocks; ++b) {
     prefetch(b);
     alignas(32) float d[8], m[8];
     for (int i = 0; i < 8; ++i) {
-      unpack_k<Q>(rows[i] + b * Info::bytes, blk[i]);
+      unpack_k<Q>(rows[i] + b * traits.block_bytes, blk[i]);
       d[i] = blk[i].d;
-      m[i] = Info::has_min ? blk[i].m : 0.0f;
+      m[i] = traits.has_min ? blk[i].m : 0.0f;
     }
     const __m256 dv = _mm256_load_ps(d), mv = _mm256_load_ps(m);
     for (std::size_t t = 0; t < a.n; ++t) {
@@ -414,24 +355,23 @@ void rows_k(const QuantArgs& a, std::size_t r0, std::size_t valid, float* acc) {
       __m256i isums[8], msums[8];
       for (int r = 0; r < 8; ++r) {
         const RowK& o = blk[r];
-        __m256i v = Info::has_min ? _mm256_setzero_si256() : _mm256_madd_epi16(sums, o.zm);
+        __m256i v = traits.has_min ? _mm256_setzero_si256() : _mm256_madd_epi16(sums, o.zm);
         for (int i = 0; i < 8; ++i) {
           const __m256i xv = load256(x + 32 * i);
           // maddubs cannot saturate: w <= 63 (or |w| <= 127 with the signs moved to x), |x| <=
           // 127; nor can madd: |pair| <= 32258, |scale| <= 128.
-          const __m256i pairs = Info::is_signed
-                                    ? _mm256_maddubs_epi16(_mm256_sign_epi8(o.w[i], o.w[i]),
-                                                           _mm256_sign_epi8(xv, o.w[i]))
-                                    : _mm256_maddubs_epi16(o.w[i], xv);
+          const __m256i pairs = is_signed ? _mm256_maddubs_epi16(_mm256_sign_epi8(o.w[i], o.w[i]),
+                                                                 _mm256_sign_epi8(xv, o.w[i]))
+                                          : _mm256_maddubs_epi16(o.w[i], xv);
           v = _mm256_add_epi32(v, _mm256_madd_epi16(pairs, o.s[i]));
         }
         isums[r] = v;
-        if constexpr (Info::has_min) msums[r] = _mm256_madd_epi16(sums, o.zm);
+        if constexpr (traits.has_min) msums[r] = _mm256_madd_epi16(sums, o.zm);
       }
       const __m256 dx = _mm256_set1_ps(a.xd[xb]);
       __m256 v = _mm256_loadu_ps(acc + 8 * t);
       v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(transpose_add8(isums)), _mm256_mul_ps(dv, dx), v);
-      if constexpr (Info::has_min)
+      if constexpr (traits.has_min)
         v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(transpose_add8(msums)), _mm256_mul_ps(mv, dx), v);
       _mm256_storeu_ps(acc + 8 * t, v);
     }
@@ -468,6 +408,8 @@ void matmul_rows(const QuantArgs& a) {
 
 void quant_matmul_avx2(const QuantArgs& a) {
   switch (a.type) {
+    case QuantType::q8_0:
+      return matmul_rows<QuantType::q8_0, false>(a);
     case QuantType::q4_0:
       return matmul_rows<QuantType::q4_0, false>(a);
     case QuantType::q4_1:

@@ -1,18 +1,17 @@
-// AVX512-VNNI integer kernels of the quantised types other than Q8_0 (kernels_impl.hpp, "every
-// other quantised type"). Compiled with the AVX-512 flags plus -mavx512vnni; kernels.cpp calls
-// quant_matmul_avx512vnni only when cpu_features().avx512_vnni.
+// AVX512-VNNI integer kernels of the quantised types (kernels_impl.hpp, "the quantised types").
+// Compiled with the AVX-512 flags plus -mavx512vnni; kernels.cpp calls quant_matmul_avx512vnni
+// only when cpu_features().avx512_vnni (on AMX machines too).
 //
-// Layout: 16 weight rows at a time, one per 32-bit lane ("lanes = rows", as the Q8_0 kernel in
-// kernels_avx512vnni.cpp). A block of the 16 rows is read once from memory, its packed bytes
-// transposed so that dword i of lane r holds bytes 4i..4i+3 of row r (or, for weights repacked
-// at load into the rows16 layout of kernels_impl.hpp, loaded already so), its bit fields unpacked
-// into unsigned 8-bit weights in the same lanes, in the weights' natural order: register k holds
-// weights 4k..4k+3 of every row. Every token of the call then multiplies that block: vpdpbusd
-// with the token's 4 activation quants broadcast adds 16 rows x 4 products per instruction, one
-// vpmulld applies the 16 rows' sub-block scales, vpdpwssd the zero-point or min terms against the
-// activation sums, and the float steps run 16 rows wide. Each lane computes its row's integers
-// exactly and its floats in the documented order, so the results are bitwise the portable
-// kernel's (kernels_quant.cpp), for any token count and row range.
+// Layout: 16 weight rows at a time, one per 32-bit lane ("lanes = rows"). A block of the 16 rows is
+// read once from memory, its packed bytes transposed so that dword i of lane r holds bytes 4i..4i+3
+// of row r (or, for weights repacked at load into the rows16 layout of kernels_impl.hpp, loaded
+// already so), its bit fields unpacked into unsigned 8-bit weights in the same lanes, in the
+// weights' natural order: register k holds weights 4k..4k+3 of every row. Every token of the call
+// then multiplies that block: vpdpbusd with the token's 4 activation quants broadcast adds 16 rows
+// x 4 products per instruction, one vpmulld applies the 16 rows' sub-block scales, vpdpwssd the
+// zero-point or min terms against the activation sums, and the float steps run 16 rows wide. Each
+// lane computes its row's integers exactly and its floats in the documented order, so the results
+// are bitwise the portable kernel's (kernels_quant.cpp), for any token count and row range.
 #include <immintrin.h>
 
 #include "kernels_impl.hpp"
@@ -21,9 +20,6 @@ namespace specdec::cpu::detail {
 namespace {
 
 using namespace block_layout;
-
-/// How far ahead of the block in use the rows are prefetched (see Prefetcher).
-constexpr std::size_t prefetch_ahead = 512;
 
 inline __mmask16 row_mask(std::size_t count) {
   return count >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << count) - 1u);
@@ -209,7 +205,7 @@ inline __m512i high_nibbles(__m512i v) {
 }
 
 // ================================================================================================
-// Blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): one block of 16 rows in 8 registers, w[k] =
+// Blocks of 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL): one block of 16 rows in 8 registers, w[k] =
 // weights 4k..4k+3, then every token of the chunk with the accumulators in registers.
 
 struct Block32 {
@@ -234,6 +230,13 @@ inline void add_fifth_bits(__m512i qh, __m512i w[8]) {
 /// Unpacks one block of the 16 rows.
 template <QuantType Q, class Src>
 [[gnu::always_inline]] inline void unpack32(const Src& rows, Block32& o) {
+  if constexpr (Q == QuantType::q8_0) {
+    // Signed bytes made unsigned: w ^ 0x80 = w + 128 as u8, exact for every int8 (-128 too).
+    load8(rows, q8_0_qs, o.w);
+    for (int k = 0; k < 8; ++k) o.w[k] = _mm512_xor_si512(o.w[k], splat8(0x80));
+    o.d = load_half<q8_0_bytes>(rows, 0);
+    return;
+  }
   constexpr std::size_t qs = Q == QuantType::q4_0   ? q4_0_qs
                              : Q == QuantType::q4_1 ? q4_1_qs
                              : Q == QuantType::q5_0 ? q5_0_qs
@@ -250,7 +253,7 @@ template <QuantType Q, class Src>
     o.d = half_lo(head);
     o.m = half_hi(head);
   } else {
-    o.d = load_half<block32_bytes<Q>()>(rows, 0);
+    o.d = load_half<quant_traits(Q).block_bytes>(rows, 0);
   }
   if constexpr (Q == QuantType::q5_0) add_fifth_bits(load1(rows, q5_0_qh), o.w);
   if constexpr (Q == QuantType::q5_1) add_fifth_bits(load1(rows, q5_1_qh), o.w);
@@ -260,42 +263,7 @@ template <QuantType Q, class Src>
   }
 }
 
-/// Prefetches, for the rows of `next` (16 row pointers at block 0), the cache lines that blocks
-/// up to b (of `bytes` each) reach and that block b - 1 did not.
-/// Prefetch for streaming: while block b of 16 rows is computed, the lines `ahead` bytes further
-/// along each row (past the row's end: the same row of the next group of 16) are requested into
-/// L2. The 16 interleaved rows defeat the hardware prefetchers: measured on the project's Xeon
-/// with specdec_bench_cpu_kernels BM_matmul_stream, one thread, Q4_0 / Q4_K / Q6_K n = 1 took
-/// 104 / 98 / 119 ms without, 68 / 70 / 78 with 512 bytes ahead (about the same from 256 to
-/// 1536), and 20% less at n = 8; prefetching the next group of rows instead, as the Q8_0 kernel
-/// does, gained nothing here.
-struct Prefetcher {
-  /// prefetcht2, written as an assembly statement: GCC 12 deletes a loop whose body only holds
-  /// __builtin_prefetch (_mm_prefetch) calls, as this one's does.
-  static void prefetch_l2(const std::byte* p) {
-    __asm__ volatile("prefetcht2 %0" : : "m"(*reinterpret_cast<const char*>(p)));
-  }
-
-  const std::byte* group;  ///< row 0 of the current group
-  std::size_t row_bytes, bytes, ahead;
-  bool next_group;  ///< whether the next group of 16 rows exists
-  void operator()(std::size_t b) const {
-    // The lines of byte range [lo, lo + bytes) along a row, less the one block b - 1 requested.
-    const std::size_t lo = b * bytes + ahead, last = (lo + bytes - 1) / 64;
-    std::size_t first = lo / 64;
-    if (b != 0 && (lo - 1) / 64 == first) ++first;
-    for (std::size_t l = first; l <= last; ++l) {
-      std::size_t off = 64 * l;
-      const std::byte* base = group;
-      if (off >= row_bytes) {
-        if (!next_group) return;
-        off -= row_bytes;
-        base = group + 16 * row_bytes;
-      }
-      for (int r = 0; r < 16; ++r) prefetch_l2(base + r * row_bytes + off);
-    }
-  }
-};
+using Prefetcher = RowPrefetcher<16>;
 
 /// The 16 rows of a group in the file's layout; lanes past `valid` repeat the group's first row
 /// (they are computed and not stored).
@@ -311,7 +279,7 @@ struct FileGroup {
         rows{},
         w0(a.w + r0 * a.row_bytes),
         bytes(block_bytes),
-        prefetch{w0, a.row_bytes, block_bytes, prefetch_ahead, r0 + 32 <= a.rows} {
+        prefetch{w0, a.row_bytes, block_bytes, r0 + 32 <= a.rows} {
     for (std::size_t i = 0; i < 16; ++i)
       offsets[i] = static_cast<int>((i < valid ? i : 0) * a.row_bytes);
     rows.offsets = _mm512_load_si512(offsets);
@@ -335,7 +303,7 @@ struct PackedGroup {
   const std::byte* end;
 
   void prefetch_block(std::size_t b) const {
-    const std::byte* lo = g + 16 * b * bytes + 16 * prefetch_ahead;
+    const std::byte* lo = g + 16 * b * bytes + 16 * Prefetcher::ahead;
     const std::byte* hi = lo + 16 * bytes < end ? lo + 16 * bytes : end;
     for (const std::byte* p = lo; p < hi; p += 64) Prefetcher::prefetch_l2(p);
   }
@@ -370,7 +338,7 @@ void for_each_group(const QuantArgs& a, std::size_t block_bytes, F&& f) {
 /// One group of 16 rows against the T tokens from t0; y: the group's lane 0 for token 0.
 template <QuantType Q, int T, class Group>
 void group32(Group& group, const QuantArgs& a, std::size_t t0, __mmask16 store, float* y) {
-  constexpr bool has_min = Q == QuantType::q4_1 || Q == QuantType::q5_1;
+  constexpr QuantTraits traits = quant_traits(Q);
   const std::size_t blocks = a.cols / 32;
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -382,19 +350,13 @@ void group32(Group& group, const QuantArgs& a, std::size_t t0, __mmask16 store, 
       const std::size_t xb = (t0 + t) * blocks + b;
       const std::int8_t* x = a.xq + (t0 + t) * a.cols + b * 32;
       // The zero point as the start value: -z * sum(x) = offset * z / 128 (offset = -128 * sum).
-      __m512i isum;
-      if constexpr (Q == QuantType::q4_0)
-        isum = _mm512_srai_epi32(_mm512_set1_epi32(a.x_offsets[xb]), 4);
-      else if constexpr (Q == QuantType::q5_0)
-        isum = _mm512_srai_epi32(_mm512_set1_epi32(a.x_offsets[xb]), 3);
-      else if constexpr (Q == QuantType::iq4_nl)
-        isum = _mm512_set1_epi32(a.x_offsets[xb]);
-      else
-        isum = _mm512_setzero_si512();
+      __m512i isum = _mm512_setzero_si512();
+      if constexpr (traits.zero_point != 0)
+        isum = _mm512_srai_epi32(_mm512_set1_epi32(a.x_offsets[xb]), zero_point_shift(Q));
       for (int k = 0; k < 8; ++k) isum = dpbusd_x4(isum, blk.w[k], x + 4 * k);
       const __m512 dx = _mm512_set1_ps(a.xd[xb]);
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(blk.d, dx), acc[t]);
-      if constexpr (has_min) {
+      if constexpr (traits.has_min) {
         // fma(float(sum), m dx, acc) as fma(-float(sum), -(m dx)): -sum = offset / 128 exactly.
         const __m512 neg_sum =
             _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_set1_epi32(a.x_offsets[xb]), 7));
@@ -413,12 +375,13 @@ struct Groups32 {
 
 template <QuantType Q>
 void matmul32(const QuantArgs& a) {
-  for_each_group(a, block32_bytes<Q>(), [&]<class Group>(Group& group, __mmask16 store, float* y) {
-    const auto* table =
-        Groups32<Q, Group, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15>::table;
-    for (std::size_t t0 = 0; t0 < a.n; t0 += 16)
-      table[(a.n - t0 < 16 ? a.n - t0 : 16) - 1](group, a, t0, store, y);
-  });
+  for_each_group(
+      a, quant_traits(Q).block_bytes, [&]<class Group>(Group& group, __mmask16 store, float* y) {
+        const auto* table =
+            Groups32<Q, Group, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15>::table;
+        for (std::size_t t0 = 0; t0 < a.n; t0 += 16)
+          table[(a.n - t0 < 16 ? a.n - t0 : 16) - 1](group, a, t0, store, y);
+      });
 }
 
 // ================================================================================================
@@ -437,54 +400,10 @@ struct BlockK {
   __m512 d, m;  ///< d, and m = -dmin for the types with mins
 };
 
-/// Per type: sub-block size (in dwords of weights: 4 = 16 weights, 8 = 32), whether it has mins,
-/// block bytes, and `shift`: the unpacked weights and scales make the integer sum 2^shift times
-/// the block's (Q4_K keeps its high nibbles in place, as 16 x the weight, and multiplies the low
-/// nibbles' scales by 16: one instruction less per 64 weights; the sum is shifted back, exactly).
-template <QuantType Q>
-struct KInfo;
-template <>
-struct KInfo<QuantType::q2_k> {
-  static constexpr int shift = 0;
-  static constexpr int sub_dwords = 4;
-  static constexpr bool has_min = true;
-  static constexpr std::size_t bytes = q2_k_bytes;
-};
-template <>
-struct KInfo<QuantType::q3_k> {
-  static constexpr int shift = 0;
-  static constexpr int sub_dwords = 4;
-  static constexpr bool has_min = false;
-  static constexpr std::size_t bytes = q3_k_bytes;
-};
-template <>
-struct KInfo<QuantType::q4_k> {
-  static constexpr int shift = 4;
-  static constexpr int sub_dwords = 8;
-  static constexpr bool has_min = true;
-  static constexpr std::size_t bytes = q4_k_bytes;
-};
-template <>
-struct KInfo<QuantType::q5_k> {
-  static constexpr int shift = 0;
-  static constexpr int sub_dwords = 8;
-  static constexpr bool has_min = true;
-  static constexpr std::size_t bytes = q5_k_bytes;
-};
-template <>
-struct KInfo<QuantType::q6_k> {
-  static constexpr int shift = 0;
-  static constexpr int sub_dwords = 4;
-  static constexpr bool has_min = false;
-  static constexpr std::size_t bytes = q6_k_bytes;
-};
-template <>
-struct KInfo<QuantType::iq4_xs> {
-  static constexpr int shift = 0;
-  static constexpr int sub_dwords = 8;
-  static constexpr bool has_min = false;
-  static constexpr std::size_t bytes = iq4_xs_bytes;
-};
+/// The unpacked weights and scales of Q4_K make the integer sum 2^4 times the block's: its high
+/// nibbles stay in place, as 16 x the weight, and the low nibbles' scales are multiplied by 16
+/// (one instruction less per 64 weights); the sum is shifted back, exactly.
+constexpr int unpack_shift(QuantType q) { return q == QuantType::q4_k ? 4 : 0; }
 
 /// Q4_K / Q5_K scales and mins: 8 6-bit values each from 12 bytes (kernels.hpp's table).
 template <class Src>
@@ -716,14 +635,14 @@ struct KTokens {
 
 template <QuantType Q>
 void matmul_k(const QuantArgs& a) {
-  using Info = KInfo<Q>;
+  constexpr QuantTraits traits = quant_traits(Q);
   const TokensFn* tokens =
-      KTokens<Info::sub_dwords, Info::has_min, Info::shift, 0, 1, 2, 3, 4, 5, 6, 7>::table;
+      KTokens<traits.sub_elems / 4, traits.has_min, unpack_shift(Q), 0, 1, 2, 3, 4, 5, 6, 7>::table;
   const std::size_t blocks = a.cols / 256;
   constexpr std::size_t chunk = 64;  // tokens per pass over the weights (acc: 4 KiB)
   alignas(64) BlockK blk;
   alignas(64) float acc[chunk * 16];
-  for_each_group(a, Info::bytes, [&]<class Group>(Group& group, __mmask16 store, float* y) {
+  for_each_group(a, traits.block_bytes, [&]<class Group>(Group& group, __mmask16 store, float* y) {
     for (std::size_t t0 = 0; t0 < a.n; t0 += chunk) {
       const std::size_t m = a.n - t0 < chunk ? a.n - t0 : chunk;
       for (std::size_t i = 0; i < m * 16; ++i) acc[i] = 0.0f;
@@ -743,6 +662,8 @@ void matmul_k(const QuantArgs& a) {
 
 void quant_matmul_avx512vnni(const QuantArgs& a) {
   switch (a.type) {
+    case QuantType::q8_0:
+      return matmul32<QuantType::q8_0>(a);
     case QuantType::q4_0:
       return matmul32<QuantType::q4_0>(a);
     case QuantType::q4_1:

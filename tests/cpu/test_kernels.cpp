@@ -229,10 +229,10 @@ TEST_CASE("matmul: every Isa and dtype, tails, token counts", "[cpu][kernels]") 
 
 namespace {
 
-/// The quantised types of the integer kernels (Q8_0 has its own tests above and below).
-constexpr DType integer_types[] = {DType::q4_0,   DType::q4_1, DType::q5_0,  DType::q5_1,
-                                   DType::iq4_nl, DType::q2_k, DType::q3_k,  DType::q4_k,
-                                   DType::q5_k,   DType::q6_k, DType::iq4_xs};
+/// The quantised types of the integer kernels (Q8_0 also has its own test of -128 quants below).
+constexpr DType integer_types[] = {DType::q8_0, DType::q4_0,   DType::q4_1, DType::q5_0,
+                                   DType::q5_1, DType::iq4_nl, DType::q2_k, DType::q3_k,
+                                   DType::q4_k, DType::q5_k,   DType::q6_k, DType::iq4_xs};
 
 /// Random blocks of `dtype` (random quants and sub-block scales, finite binary16 scales).
 TestMatrix random_matrix(DType dtype, std::size_t rows, std::size_t cols, unsigned seed) {
@@ -379,8 +379,8 @@ TEST_CASE("repacked weights (rows16): the same rows and bitwise the same product
                         Catch::Contains("repacked for AVX512-VNNI"));
     }
   }
-  // The types the VNNI kernels read as they are get no copy.
-  for (DType dtype : {DType::q8_0, DType::f16, DType::bf16, DType::f32}) {
+  // The float types are read as they are: no copy.
+  for (DType dtype : {DType::f16, DType::bf16, DType::f32}) {
     const TestMatrix m = make_matrix(dtype, 16, 64, 7);
     CHECK(cpu::repacked_bytes(isas.front(), m.ref) == 0);
   }
@@ -454,13 +454,20 @@ TEST_CASE("AVX-512 row packing holds exactly the portable conversions", "[cpu][k
   for (std::size_t k = 0; k < 32; ++k) x[2 * cols + k] = static_cast<float>(k) - 15.5f;
   for (std::size_t k = 64; k < 96; ++k) x[3 * cols + k] = 0.0f;  // an all-zero block
   for (std::size_t k = 96; k < 128; ++k) x[4 * cols + k] = k % 2 ? 1.0f : -1.0f;  // +-127
-  cpu::PackedInput portable, wide;
+  cpu::PackedInput portable;
   portable.pack(Isa::portable, DType::q8_0, x.data(), n, cols, cols);
-  wide.pack(Isa::avx512, DType::q8_0, x.data(), n, cols, cols);
-  REQUIRE(wide.format() == cpu::InputFormat::q8_0_rows);
-  CHECK(std::memcmp(wide.q8(), portable.q8(), n * cols) == 0);
-  CHECK(std::memcmp(wide.q8_scales(), portable.q8_scales(), n * blocks * sizeof(float)) == 0);
-  CHECK(std::memcmp(wide.q8_offsets(), portable.q8_offsets(), n * blocks * 4) == 0);
+  for (Isa isa : {Isa::avx512, Isa::amx}) {  // both pack the q8_0_rows layout with AVX-512
+    if (!cpu::isa_supported(isa)) continue;
+    INFO(cpu::isa_name(isa));
+    for (DType dtype : {DType::q8_0, DType::q4_0}) {
+      cpu::PackedInput wide;
+      wide.pack(isa, dtype, x.data(), n, cols, cols);
+      REQUIRE(wide.format() == cpu::InputFormat::q8_0_rows);
+      CHECK(std::memcmp(wide.q8(), portable.q8(), n * cols) == 0);
+      CHECK(std::memcmp(wide.q8_scales(), portable.q8_scales(), n * blocks * sizeof(float)) == 0);
+      CHECK(std::memcmp(wide.q8_offsets(), portable.q8_offsets(), n * blocks * 4) == 0);
+    }
+  }
   for (std::size_t i = 0; i < n * blocks; ++i) {
     std::int32_t sum = 0;
     for (std::size_t j = 0; j < 32; ++j) sum += portable.q8()[i * 32 + j];
@@ -475,8 +482,10 @@ TEST_CASE("AVX-512 row packing holds exactly the portable conversions", "[cpu][k
 
 TEST_CASE("Q8_0 on AVX512-VNNI is bitwise the portable order, -128 quants included",
           "[cpu][kernels]") {
-  if (!cpu::isa_supported(Isa::avx512) || !cpu::cpu_features().avx512_vnni ||
-      cpu::input_format(Isa::avx512, DType::q8_0, 32) != cpu::InputFormat::q8_0_rows) {
+  std::vector<Isa> isas;  // avx512 and amx, where both use the VNNI kernel
+  for (Isa isa : supported_isas())
+    if (cpu::repack_helps(isa, DType::q8_0)) isas.push_back(isa);
+  if (isas.empty()) {
     WARN("SKIPPED: no AVX512-VNNI");
     return;
   }
@@ -500,6 +509,8 @@ TEST_CASE("Q8_0 on AVX512-VNNI is bitwise the portable order, -128 quants includ
         }
       }
       const cpu::MatrixRef w{DType::q8_0, bytes.data(), rows, cols, row_bytes};
+      const cpu::WeightBuffer buffer(cpu::repacked_bytes(isas.front(), w));
+      const cpu::MatrixRef packed_w = cpu::repack_weights(isas.front(), w, buffer.data());
       for (std::size_t n : {1, 2, 7, 16, 17, 33}) {
         // Some tokens saturate whole blocks at +-127 (x = +-amax), one block is all zero.
         std::vector<float> x = normal_floats(n * cols, static_cast<unsigned>(cols + rows + n));
@@ -508,15 +519,22 @@ TEST_CASE("Q8_0 on AVX512-VNNI is bitwise the portable order, -128 quants includ
           if (n > 1) x[cols + k] = 0.0f;
         }
         INFO("[" << rows << ", " << cols << "] n=" << n);
-        std::vector<float> expected(n * rows), got(n * rows);
-        cpu::PackedInput portable, vnni;
+        std::vector<float> expected(n * rows);
+        cpu::PackedInput portable;
         portable.pack(Isa::portable, DType::q8_0, x.data(), n, cols, cols);
-        vnni.pack(Isa::avx512, DType::q8_0, x.data(), n, cols, cols);
         cpu::matmul(Isa::portable, w, portable, 0, rows, expected.data(), rows);
-        // In row ranges that start and end inside groups of 16.
-        for (std::size_t r0 = 0; r0 < rows; r0 += 13)
-          cpu::matmul(Isa::avx512, w, vnni, r0, std::min(rows, r0 + 13), got.data(), rows);
-        CHECK(bitwise_equal(got, expected));
+        for (Isa isa : isas) {
+          INFO(cpu::isa_name(isa));
+          cpu::PackedInput vnni;
+          vnni.pack(isa, DType::q8_0, x.data(), n, cols, cols);
+          // Both layouts, in row ranges that start and end inside groups of 16.
+          for (const cpu::MatrixRef* m : {&w, &packed_w}) {
+            std::vector<float> got(n * rows, std::nanf(""));
+            for (std::size_t r0 = 0; r0 < rows; r0 += 13)
+              cpu::matmul(isa, *m, vnni, r0, std::min(rows, r0 + 13), got.data(), rows);
+            CHECK(bitwise_equal(got, expected));
+          }
+        }
       }
     }
   }
@@ -566,66 +584,27 @@ TEST_CASE("BF16 on AVX512_BF16: close to a double product and batch invariant", 
   }
 }
 
-TEST_CASE("AMX activation tiles hold exactly the portable conversions", "[cpu][kernels]") {
+TEST_CASE("AMX activation tiles hold exactly the portable bf16 conversions", "[cpu][kernels]") {
   if (!cpu::isa_supported(Isa::amx)) {
     WARN("SKIPPED: no AMX");
     return;
   }
-  const std::size_t cols = 96, n = 19, blocks = cols / 32, slots = (blocks + 1) / 2;
+  const std::size_t cols = 96, n = 19;
   std::vector<float> x = normal_floats(n * cols, 8, 3.0f);
-  // Ties, specials, and exact halves for the Q8_0 rounding.
+  // Ties and specials.
   x[0] = 1.0f + std::ldexp(1.0f, -8);
   x[1] = std::numeric_limits<float>::infinity();
   x[2] = std::numeric_limits<float>::quiet_NaN();
   x[3] = -0.0f;
-  x[cols + 40] = std::numeric_limits<float>::quiet_NaN();  // in the second 16 of a Q8_0 block
-  for (std::size_t k = 0; k < 32; ++k)
-    x[5 * cols + k] = static_cast<float>(k) - 15.5f;  // d = 1/8: x/d has halves
-  cpu::PackedInput bf16, q8;
+  cpu::PackedInput bf16;
   bf16.pack(Isa::amx, DType::bf16, x.data(), n, cols, cols);
-  q8.pack(Isa::amx, DType::q8_0, x.data(), n, cols, cols);
-  std::vector<std::byte> reference_q8(blocks * 34);
-  auto tile_byte = [&](std::size_t chunk, std::size_t slot, std::size_t row, std::size_t column,
-                       std::size_t byte) {
-    const std::size_t m = std::min<std::size_t>(8, n - chunk * 8);  // tokens in the chunk
-    const std::uint32_t word =
-        q8.q8_tiles()[chunk * slots * 256 + slot * 32 * m + row * 2 * m + column];
-    return static_cast<std::int8_t>((word >> (8 * byte)) & 0xff);
-  };
+  REQUIRE(bf16.format() == cpu::InputFormat::bf16_tiles);
   for (std::size_t t = 0; t < n; ++t) {
     for (std::size_t k = 0; k < cols; ++k) {
       const std::size_t m16 = std::min<std::size_t>(16, n - t / 16 * 16);  // tokens in the chunk
       const std::uint16_t got = bf16.bf16()[(t / 16) * (cols / 32) * 512 + (k / 32) * 32 * m16 +
                                             ((k % 32) / 2) * 2 * m16 + (t % 16) * 2 + k % 2];
       REQUIRE(got == fp32_to_bf16(x[t * cols + k]));
-    }
-    // Q8_0: the reference quantisation, placed in the pair layout (kernels_impl.hpp).
-    quant::quantize(DType::q8_0, std::span<const float>(x.data() + t * cols, cols), reference_q8);
-    const std::size_t chunk = t / 8, lane = t % 8;
-    for (std::size_t b = 0; b < blocks; ++b) {
-      std::uint16_t d16;
-      std::memcpy(&d16, reference_q8.data() + b * 34, 2);
-      REQUIRE(q8.q8_scales()[(chunk * blocks + b) * 8 + lane] == fp16_to_fp32(d16));
-      const auto* q = reinterpret_cast<const std::int8_t*>(reference_q8.data() + b * 34 + 2);
-      for (std::size_t pos = 0; pos < 64; ++pos) {  // byte position in the 64-byte window
-        const std::size_t row = pos / 4, byte = pos % 4;
-        const std::size_t m = std::min<std::size_t>(8, n - chunk * 8);  // tokens in the chunk
-        if (b % 2 == 0) {
-          REQUIRE(tile_byte(chunk, b / 2, row, lane, byte) == (pos < 32 ? q[pos] : 0));
-        } else {
-          REQUIRE(tile_byte(chunk, b / 2, row, m + lane, byte) == (pos >= 34 ? q[pos - 34] : 0));
-        }
-      }
-      if (b % 2 == 1) {
-        const std::uint32_t fix = q8.q8_fix()[(chunk * slots + b / 2) * 8 + lane];
-        CHECK(static_cast<std::int16_t>(fix & 0xffff) == q[30]);
-        CHECK(static_cast<std::int16_t>(fix >> 16) == q[31]);
-      } else if (b + 1 == blocks) {  // odd last block: the partner column is zero
-        for (std::size_t row = 0; row < 16; ++row)
-          for (std::size_t byte = 0; byte < 4; ++byte)
-            REQUIRE(tile_byte(chunk, b / 2, row, std::min<std::size_t>(8, n - chunk * 8) + lane,
-                              byte) == 0);
-      }
     }
   }
 }

@@ -19,16 +19,16 @@
 //  - Q8_0 weights: activations are quantised per block of 32 like llama.cpp does (d = amax/127
 //    rounded to f16, q = round(x / d)); the integer block dot products are exact, and
 //    acc = fma(float(isum_b), d_w[b] * d_x[b], acc) runs over the blocks b in order. Portable,
-//    AVX2, AVX512-VNNI (AVX-512 without AMX when the CPU has VNNI; else AVX2) and AMX kernels all
-//    give bitwise identical results; the AMX kernel sizes its tiles to the chunk's token count,
-//    and the VNNI kernel computes isum_b as dpbusd(w + 128, x) - 128 * sum(x_b), which exact
-//    integer products allow.
+//    AVX2 and AVX512-VNNI (Isa avx512 or amx when the CPU has VNNI; else AVX2) kernels all give
+//    bitwise identical results; the VNNI kernel computes isum_b as dpbusd(w + 128, x) -
+//    128 * sum(x_b), which exact integer products allow (the table below: u = w + 128, z = 128).
 //  - Every other quantised type (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL with activations quantised per
 //    32 as for Q8_0; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS with activations quantised per 256 like
 //    llama.cpp's Q8_K: d = amax/127 kept in f32, q = round(x / d), plus the int16 sums of every
 //    16 and 32 quants). Each weight block is read as unsigned 8-bit weights u, integer sub-block
 //    scales sc_j and mins mn_j, a zero point z and binary16 factors d and m:
 //        type     block  sub  u                  z    sc_j             mn_j      m
+//        Q8_0       32   32   int8 + 128        128   1                -         -
 //        Q4_0       32   32   nibble              8   1                -         -
 //        Q4_1       32   32   nibble              0   1                1         +m
 //        Q5_0       32   32   5 bits             16   1                -         -
@@ -85,8 +85,8 @@ namespace specdec::cpu {
 enum class Isa : std::uint8_t {
   portable,  ///< plain C++
   avx2,      ///< AVX2 + FMA + F16C
-  avx512,    ///< AVX-512 F/BW/VL/DQ; Q8_0 and BF16 weights use VNNI / BF16 when the CPU has them
-  amx,       ///< avx512 plus AMX-BF16 / AMX-INT8 tiles for BF16 and Q8_0 weights
+  avx512,    ///< AVX-512 F/BW/VL/DQ; integer and BF16 kernels use VNNI / BF16 when the CPU has them
+  amx,       ///< avx512 plus AMX-BF16 tiles for BF16 weights (the integer types stay on VNNI)
 };
 const char* isa_name(Isa isa) noexcept;
 
@@ -168,9 +168,9 @@ class WeightBuffer {
   std::size_t size_ = 0;
 };
 
-/// Whether `isa`'s kernels read `dtype` faster from a repacked copy: the integer types other
-/// than Q8_0 (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS) on Isa::avx512 / amx when the
-/// CPU has AVX512-VNNI. (The AVX2 kernels, Q8_0 and the float types read the file's layout.)
+/// Whether `isa`'s kernels read `dtype` faster from a repacked copy: the integer types (Q8_0,
+/// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS) on Isa::avx512 / amx when the CPU has
+/// AVX512-VNNI. (The AVX2 kernels and the float types read the file's layout.)
 bool repack_helps(Isa isa, DType dtype) noexcept;
 
 /// Bytes of w's copy in the layout the kernels of `isa` read fastest: the matrix's size rounded
@@ -189,15 +189,8 @@ bool has_matmul_kernel(DType t) noexcept;
 /// What the kernels for `isa` read as activations for `dtype` weights: f32, bf16 (AMX tiles, or
 /// rows for AVX512_BF16), or 8-bit quants per block of 32 (Q8_0 and the other 32-blocks) or of
 /// 256 (the K-quants and IQ4_XS).
-enum class InputFormat : std::uint8_t {
-  f32,
-  bf16_tiles,
-  q8_0_rows,
-  q8_0_tiles,
-  bf16_rows,
-  q8_k_rows
-};
-inline constexpr std::size_t input_format_count = 6;
+enum class InputFormat : std::uint8_t { f32, bf16_tiles, q8_0_rows, bf16_rows, q8_k_rows };
+inline constexpr std::size_t input_format_count = 5;
 InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols);
 
 /// Activations x [n, cols] converted once per forward step into what the kernels of one
@@ -228,11 +221,6 @@ class PackedInput {
   //               (-128 * the block's quant sum, for the VNNI kernel's unsigned weights)
   //  q8_k_rows:   int8 [n][cols], scales f32 [n][cols/256], sums int16 [n][cols/256][24]
   //               (per block of 256: the 16 sums of 16 quants, then the 8 sums of 32)
-  //  q8_0_tiles:  per chunk of m <= 8 tokens and per pair of blocks, an AMX tile of 16 rows x 2m
-  //               dwords, two columns per token (src/cpu/kernels_impl.hpp, pack_q8_0_pairs_avx512):
-  //               uint32 [chunks (256 * cols/64 rounded up each)][cols/64 rounded up][16][2m];
-  //               scales f32 [chunks][cols/32][8];
-  //               fix uint32 [chunks][cols/64 rounded up][8]
   // Tile rows hold only the chunk's real tokens: a decode step's tile is a few cache lines.
   [[nodiscard]] const float* f32() const noexcept { return f32_.data(); }
   [[nodiscard]] const std::uint16_t* bf16() const noexcept { return bf16_.data(); }
@@ -240,8 +228,6 @@ class PackedInput {
   [[nodiscard]] const float* q8_scales() const noexcept { return scales_.data(); }
   [[nodiscard]] const std::int32_t* q8_offsets() const noexcept { return offsets_.data(); }
   [[nodiscard]] const std::int16_t* q8_sums() const noexcept { return sums_.data(); }
-  [[nodiscard]] const std::uint32_t* q8_tiles() const noexcept { return words_.data(); }
-  [[nodiscard]] const std::uint32_t* q8_fix() const noexcept { return fix_.data(); }
 
  private:
   template <class T>
@@ -273,7 +259,6 @@ class PackedInput {
   AlignedVector<float> scales_;
   AlignedVector<std::int32_t> offsets_;
   AlignedVector<std::int16_t> sums_;
-  AlignedVector<std::uint32_t> words_, fix_;
 };
 
 /// y[t * ldy + r] = dot(W[r, :], x[t, :]) for r in [row_begin, row_end) and t < x.n().
