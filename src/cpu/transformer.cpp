@@ -29,6 +29,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <numbers>
 #include <string>
@@ -118,6 +120,42 @@ MemoryEstimate Transformer::estimate_memory(const ModelConfig& c, const Options&
 
 // ================================================================================================
 
+/// A repacked copy of a WeightStore's multiplied matrices (Transformer::repack): one buffer
+/// (huge pages) and the matrices that point into it, in repack()'s order (those without a
+/// repacked layout as they were).
+struct RepackedWeights {
+  WeightBuffer buffer;
+  std::vector<MatrixRef> matrices;
+};
+
+/// What makes two Transformers' repacked copies the same: the store, the kernels' Isa and the
+/// head's rows.
+struct RepackKey {
+  const WeightStore* store;
+  Isa isa;
+  std::vector<token_t> head_ids;
+  bool operator==(const RepackKey&) const = default;
+};
+
+/// The live repacked copies, so that Transformers over one store share theirs (a server's slots
+/// would otherwise each hold a copy of the model). Weak references: a copy lives while a
+/// Transformer uses it, and a Transformer never outlives its store, so a live entry's store is the
+/// one its address names. make() runs under the lock: a second Transformer of the same model
+/// waits for the first one's copy instead of making its own.
+template <class Make>
+std::shared_ptr<const RepackedWeights> shared_repacked(const RepackKey& key, Make&& make) {
+  static std::mutex mutex;
+  static std::vector<std::pair<RepackKey, std::weak_ptr<const RepackedWeights>>> live;
+  const std::lock_guard lock(mutex);
+  std::erase_if(live, [](const auto& entry) { return entry.second.expired(); });
+  for (const auto& [k, copy] : live)
+    if (k == key)
+      if (auto shared = copy.lock()) return shared;
+  std::shared_ptr<const RepackedWeights> made = make();
+  live.emplace_back(key, made);
+  return made;
+}
+
 struct LayerWeights {
   MatrixRef q, k, v, o, gate, up, down;
   std::vector<float> attn_norm, ffn_norm;
@@ -138,9 +176,8 @@ struct Transformer::State {
   std::vector<std::byte> head_rows;  // [N][row bytes], only for a list that is not a prefix
   std::vector<float> head_out;       // [n][N]
   std::vector<LayerWeights> layers;
-  // The repacked copies the MatrixRefs above point into (Options::repack_weights).
-  WeightBuffer repacked;
-  std::size_t repacked_bytes = 0;
+  // The repacked copy the MatrixRefs above point into (Options::repack_weights), maybe shared.
+  std::shared_ptr<const RepackedWeights> repacked;
   double repack_seconds = 0;
   std::vector<float> inv_freq;
   float attn_scale = 1.0f;
@@ -331,8 +368,13 @@ Transformer::Transformer(Transformer&&) noexcept = default;
 Transformer& Transformer::operator=(Transformer&&) noexcept = default;
 
 std::size_t Transformer::threads() const noexcept { return state_->pool->size(); }
-std::size_t Transformer::repacked_bytes() const noexcept { return state_->repacked_bytes; }
+std::size_t Transformer::repacked_bytes() const noexcept {
+  return state_->repacked ? state_->repacked->buffer.size() : 0;
+}
 double Transformer::repack_seconds() const noexcept { return state_->repack_seconds; }
+const std::byte* Transformer::repacked_weights() const noexcept {
+  return state_->repacked ? state_->repacked->buffer.data() : nullptr;
+}
 
 void Transformer::repack(const WeightStore& w) {
   State& s = *state_;
@@ -348,19 +390,26 @@ void Transformer::repack(const WeightStore& w) {
   for (std::size_t i = 0; i < matrices.size(); ++i)
     offsets[i + 1] = offsets[i] + round_up(cpu::repacked_bytes(s.isa, *matrices[i]), 4096);
   if (offsets.back() == 0) return;
-  s.repacked = WeightBuffer(offsets.back());
-  s.pool->run(matrices.size(), [&](std::size_t i, std::size_t) {
-    MatrixRef& m = *matrices[i];
-    if (offsets[i + 1] == offsets[i]) return;
-    const MatrixRef file = m;
-    m = repack_weights(s.isa, file, s.repacked.data() + offsets[i]);
-    // The copy replaces the mapped pages (a restricted head's gathered rows are not mapped).
-    w.release(file.data, file.rows * file.row_bytes);
+  s.repacked = shared_repacked({&w, s.isa, s.head_ids}, [&] {
+    auto made = std::make_shared<RepackedWeights>();
+    made->buffer = WeightBuffer(offsets.back());
+    made->matrices.resize(matrices.size());
+    s.pool->run(matrices.size(), [&](std::size_t i, std::size_t) {
+      const MatrixRef file = *matrices[i];
+      if (offsets[i + 1] == offsets[i]) {
+        made->matrices[i] = file;
+        return;
+      }
+      made->matrices[i] = repack_weights(s.isa, file, made->buffer.data() + offsets[i]);
+      // The copy replaces the mapped pages (a restricted head's gathered rows are not mapped).
+      w.release(file.data, file.rows * file.row_bytes);
+    });
+    s.repack_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return std::shared_ptr<const RepackedWeights>(std::move(made));
   });
-  s.repacked_bytes = offsets.back();
+  for (std::size_t i = 0; i < matrices.size(); ++i) *matrices[i] = s.repacked->matrices[i];
   if (!s.head_ids.empty() && s.head.data != s.head_rows.data()) s.head_rows = {};
-  s.repack_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 Transformer::ThreadingStats Transformer::threading_stats() const noexcept {

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "specdec/common.hpp"
 #include "specdec/cpu/transformer.hpp"
@@ -181,4 +183,39 @@ TEST_CASE("releasing a mapped range drops its resident pages and keeps its conte
   CHECK_FALSE(file.release(other, sizeof other));
   CHECK_FALSE(file.release(file.data() + bytes - 16, 32));
   std::remove(path.c_str());
+}
+
+TEST_CASE("Transformers over one store share one repacked copy while one of them lives",
+          "[cpu][memory]") {
+  const specdec::LoadedModel& m = tiny();  // Q8_0: repacked where the kernels are AVX512-VNNI
+  auto logits = [](Transformer& t) {
+    t.reset();
+    const specdec::LogitsView l = t.forward(std::vector<specdec::token_t>{1, 5, 9, 2});
+    return std::vector<float>(l.data, l.data + l.rows * l.vocab);
+  };
+  std::optional<Transformer> first(std::in_place, m, Options{.threads = 1, .context_length = 64});
+  if (first->repacked_bytes() == 0) {
+    WARN("SKIPPED: the kernels here read the file's layout (no AVX512-VNNI)");
+    return;
+  }
+  CHECK(first->repack_seconds() > 0);
+  const std::vector<float> expected = logits(*first);
+  // A server's slots: a second Transformer of the model reads the same copy, made once.
+  std::optional<Transformer> second(std::in_place, m, Options{.threads = 1, .context_length = 64});
+  CHECK(second->repacked_weights() == first->repacked_weights());
+  CHECK(second->repacked_bytes() == first->repacked_bytes());
+  CHECK(second->repack_seconds() == 0);
+  // Another head is another copy.
+  const Transformer restricted(
+      m, {.threads = 1, .context_length = 64, .head_tokens = specdec::cpu::first_tokens(16)});
+  CHECK(restricted.repacked_weights() != first->repacked_weights());
+  CHECK(restricted.repack_seconds() > 0);
+  // The copy outlives the Transformer that made it...
+  first.reset();
+  CHECK(logits(*second) == expected);
+  // ... and goes with the last one: the next Transformer makes a new one.
+  second.reset();
+  second.emplace(m, Options{.threads = 1, .context_length = 64});
+  CHECK(second->repack_seconds() > 0);
+  CHECK(logits(*second) == expected);
 }

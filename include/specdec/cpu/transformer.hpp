@@ -55,10 +55,12 @@ struct Options {
   /// copies its rows once (N x row bytes). first_tokens(N) makes the prefix.
   std::vector<token_t> head_tokens{};
   /// Rewrite the weight matrices at load into the layout the kernels read fastest
-  /// (cpu::repack_weights: the integer types other than Q8_0 when the Isa's kernels are the
-  /// AVX512-VNNI ones), and release the memory map's pages of what was copied, so that resident
-  /// memory stays about the file's size. Results are bitwise the same either way; false (or the
-  /// environment variable SPECDEC_REPACK=0) keeps the file's layout, for comparison.
+  /// (cpu::repack_weights: the integer types when the Isa's kernels are the AVX512-VNNI ones),
+  /// and release the memory map's pages of what was copied, so that resident memory stays about
+  /// the file's size. Transformers over one WeightStore with the same Isa and head share one
+  /// copy (a server's slots: one copy, not one per slot); it lives while one of them does.
+  /// Results are bitwise the same either way; false (or the environment variable
+  /// SPECDEC_REPACK=0) keeps the file's layout, for comparison.
   bool repack_weights = true;
 };
 
@@ -148,9 +150,12 @@ class Transformer {
   [[nodiscard]] std::size_t threads() const noexcept;
   /// Bytes of the KV cache's allocation (its pages become resident as positions are used).
   [[nodiscard]] std::size_t kv_cache_bytes() const noexcept;
-  /// Bytes of weights rewritten at load (Options::repack_weights) and the seconds that took.
+  /// Bytes of the repacked copy this Transformer reads (Options::repack_weights; 0 without one),
+  /// the seconds its construction spent making it (0 when it shares another Transformer's
+  /// copy), and where the copy starts (the same address for Transformers that share it).
   [[nodiscard]] std::size_t repacked_bytes() const noexcept;
   [[nodiscard]] double repack_seconds() const noexcept;
+  [[nodiscard]] const std::byte* repacked_weights() const noexcept;
   /// Steps of up to 16 tokens run so far with the workers and on the calling thread alone.
   struct ThreadingStats {
     std::size_t with_workers = 0;
