@@ -2,6 +2,7 @@
 """specdec against llama.cpp on the same files, in the same minutes (docs/benchmarks.md).
 
     tools/bench_vs_llamacpp.py --target T.gguf --draft D.gguf [--rounds 3] [--no-e2e]
+        [--draft-head N] [--file-layout-too]
         [--specdec-build build/ci] [--llama-bin ~/.cache/specdec-baselines/llama.cpp/build/bin]
         [--prompts bench/prompts/qwen-code.jsonl] [--limit 4] [-n 128] [--threads 2] [--cpus 0,1]
 
@@ -12,7 +13,8 @@ Each round runs, one after the other and pinned to the same CPUs (taskset):
      --file-layout-too, once more with SPECDEC_REPACK=0;
   3. unless --no-e2e, end to end on the prompts: llama-completion, greedy, once per prompt
      (llama.cpp's plain decoding: its "eval time" tokens/s), then `specdec bench` with the draft
-     (target-only and speculative k = 4, greedy, one repeat).
+     (target-only and speculative k = 4, greedy, one repeat; with --draft-head N the draft's
+     head restricted to its first N tokens).
 Memory bandwidth on a shared VM changes from minute to minute, so the printed ratios are taken
 inside each round (specdec / llama.cpp measured minutes apart) and then summarised as the median
 and range over the rounds. Not a test: CI does not run it (it needs llama.cpp, built by
@@ -84,11 +86,13 @@ def llama_completion(bin_dir, model, prompts, n, threads, cpus):
     return tokens / seconds
 
 
-def specdec_e2e(build, target, draft, prompts_file, limit, n, threads, cpus):
-    """{'plain': tok/s, 'speculative': tok/s} of `specdec bench` (greedy, k = 4, one repeat)."""
+def specdec_e2e(build, target, draft, prompts_file, limit, n, threads, cpus, draft_head=None):
+    """{'plain': tok/s, 'speculative': tok/s} of `specdec bench` (greedy, k = 4, one repeat;
+    the draft's head restricted to its first `draft_head` tokens when given)."""
+    head = ["--draft-head", draft_head] if draft_head else []
     out, _ = run([build / "bin" / "specdec", "bench", "-m", target, "-md", draft, "--prompts",
                   prompts_file, "--limit", limit, "-k", 4, "--temp", 0, "-n", n, "--repeat", 1,
-                  "-t", threads, "--json"], cpus=cpus)
+                  "-t", threads, "--json"] + head, cpus=cpus)
     j = json.loads(out)
     if j["greedy_runs_identical"] != j["greedy_runs_compared"]:
         raise SystemExit("specdec bench: a greedy speculative run differed from target-only")
@@ -124,6 +128,8 @@ def main():
     ap.add_argument("--limit", type=int, default=4, help="prompts per domain (specdec bench)")
     ap.add_argument("-n", type=int, default=128, help="tokens per prompt, end to end")
     ap.add_argument("--no-e2e", action="store_true", help="skip the end-to-end part")
+    ap.add_argument("--draft-head", type=int, default=None,
+                    help="end to end: restrict the draft's head to its first N tokens")
     ap.add_argument("--file-layout-too", action="store_true",
                     help="also run specdec_bench_cpu with SPECDEC_REPACK=0")
     args = ap.parse_args()
@@ -155,7 +161,7 @@ def main():
                                                 args.threads, args.cpus)
             got["specdec e2e"] = specdec_e2e(args.specdec_build, args.target, args.draft,
                                              args.prompts, args.limit, args.n, args.threads,
-                                             args.cpus)
+                                             args.cpus, args.draft_head)
         rounds.append(got)
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 

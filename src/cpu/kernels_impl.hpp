@@ -137,7 +137,7 @@ struct QuantTraits {
   BlockFields rows16;
 };
 inline constexpr QuantTraits quant_traits_table[] = {
-    // elems  bytes                      sub  z    min    rows16 fields
+    // weights per block, bytes per block, weights per sub-block, z, min, rows16 fields
     {32, block_layout::q8_0_bytes, 32, 128, false, q8_0_fields},       // q8_0
     {32, block_layout::q4_0_bytes, 32, 8, false, q4_0_fields},         // q4_0
     {32, block_layout::q4_1_bytes, 32, 0, true, q4_1_fields},          // q4_1

@@ -335,6 +335,10 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
       l.k_norm = llama_vector(w, c, attn_k_norm, i);
     }
   }
+  // An embedding that is not also the head is only looked up, a row per token, but loading read
+  // all of it (the loader's checks): its pages are released (Qwen2.5-Coder 1.5B: 137 MB less
+  // resident), and look-ups fault back the rows they read.
+  if (!tied) w.release(s.embed.data, s.embed.rows * s.embed.row_bytes);
   if (options.repack_weights && !repack_disabled_by_environment()) repack(w);
   s.inv_freq = rope_inv_freq(c, w);
   s.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
