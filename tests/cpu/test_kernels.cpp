@@ -480,15 +480,15 @@ TEST_CASE("AVX-512 row packing holds exactly the portable conversions", "[cpu][k
   }
 }
 
-TEST_CASE("Q8_0 on AVX512-VNNI is bitwise the portable order, -128 quants included",
+TEST_CASE("Q8_0 on every kernel is bitwise the documented order, -128 quants included",
           "[cpu][kernels]") {
-  std::vector<Isa> isas;  // avx512 and amx, where both use the VNNI kernel
+  // The SIMD levels here; those with the VNNI kernel also read the repacked layout.
+  std::vector<Isa> isas;
   for (Isa isa : supported_isas())
-    if (cpu::repack_helps(isa, DType::q8_0)) isas.push_back(isa);
-  if (isas.empty()) {
-    WARN("SKIPPED: no AVX512-VNNI");
-    return;
-  }
+    if (isa != Isa::portable) isas.push_back(isa);
+  Isa vnni_isa = Isa::portable;
+  for (Isa isa : isas)
+    if (cpu::repack_helps(isa, DType::q8_0)) vnni_isa = isa;
   // Weight blocks written directly (quantize_row_q8_0 never produces -128): random quants over
   // the whole int8 range, every 7th one -128 and every 11th 127, random f16 scales.
   std::mt19937 rng(21);
@@ -509,8 +509,14 @@ TEST_CASE("Q8_0 on AVX512-VNNI is bitwise the portable order, -128 quants includ
         }
       }
       const cpu::MatrixRef w{DType::q8_0, bytes.data(), rows, cols, row_bytes};
-      const cpu::WeightBuffer buffer(cpu::repacked_bytes(isas.front(), w));
-      const cpu::MatrixRef packed_w = cpu::repack_weights(isas.front(), w, buffer.data());
+      std::optional<cpu::WeightBuffer> buffer;
+      std::vector<const cpu::MatrixRef*> layouts = {&w};
+      cpu::MatrixRef packed_w = w;
+      if (vnni_isa != Isa::portable) {
+        buffer.emplace(cpu::repacked_bytes(vnni_isa, w));
+        packed_w = cpu::repack_weights(vnni_isa, w, buffer->data());
+        layouts.push_back(&packed_w);
+      }
       for (std::size_t n : {1, 2, 7, 16, 17, 33}) {
         // Some tokens saturate whole blocks at +-127 (x = +-amax), one block is all zero.
         std::vector<float> x = normal_floats(n * cols, static_cast<unsigned>(cols + rows + n));
@@ -523,15 +529,35 @@ TEST_CASE("Q8_0 on AVX512-VNNI is bitwise the portable order, -128 quants includ
         cpu::PackedInput portable;
         portable.pack(Isa::portable, DType::q8_0, x.data(), n, cols, cols);
         cpu::matmul(Isa::portable, w, portable, 0, rows, expected.data(), rows);
+        // The documented order written out (kernels.hpp): exact block sums of the signed quants,
+        // acc = fma(float(isum_b), d_w * d_x, acc) over the blocks.
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::size_t t = 0; t < n; ++t) {
+            float acc = 0.0f;
+            for (std::size_t b = 0; b < blocks; ++b) {
+              const std::byte* block = bytes.data() + r * row_bytes + b * 34;
+              std::uint16_t d16;
+              std::memcpy(&d16, block, 2);
+              std::int32_t isum = 0;
+              for (std::size_t j = 0; j < 32; ++j)
+                isum +=
+                    static_cast<std::int8_t>(block[2 + j]) * portable.q8()[t * cols + b * 32 + j];
+              acc = std::fma(static_cast<float>(isum),
+                             fp16_to_fp32(d16) * portable.q8_scales()[t * blocks + b], acc);
+            }
+            REQUIRE(std::memcmp(&acc, &expected[t * rows + r], sizeof acc) == 0);
+          }
         for (Isa isa : isas) {
           INFO(cpu::isa_name(isa));
-          cpu::PackedInput vnni;
-          vnni.pack(isa, DType::q8_0, x.data(), n, cols, cols);
-          // Both layouts, in row ranges that start and end inside groups of 16.
-          for (const cpu::MatrixRef* m : {&w, &packed_w}) {
+          cpu::PackedInput packed;
+          packed.pack(isa, DType::q8_0, x.data(), n, cols, cols);
+          // Each layout, in row ranges that start and end inside groups of 16.
+          for (const cpu::MatrixRef* m : layouts) {
+            if (m->layout == cpu::WeightLayout::rows16 && !cpu::repack_helps(isa, DType::q8_0))
+              continue;
             std::vector<float> got(n * rows, std::nanf(""));
             for (std::size_t r0 = 0; r0 < rows; r0 += 13)
-              cpu::matmul(isa, *m, vnni, r0, std::min(rows, r0 + 13), got.data(), rows);
+              cpu::matmul(isa, *m, packed, r0, std::min(rows, r0 + 13), got.data(), rows);
             CHECK(bitwise_equal(got, expected));
           }
         }
