@@ -590,12 +590,32 @@ requires(Q == QuantType::iq4_xs) inline void unpack_k(const Src& rows, BlockK& o
   }
 }
 
+/// The end of a super-block for T tokens: isum[t] (the scaled sub-block dots) with the
+/// zero-point or min terms against the activation sums, then the float steps into acc[t][lane].
+template <int T, int SD, bool HasMin, int Shift>
+[[gnu::always_inline]] inline void k_finish(const BlockK& o, const QuantArgs& a, std::size_t t0,
+                                            std::size_t b, __m512i* isum, float* acc) {
+  constexpr int nz = SD == 4 ? 8 : 4;
+  const std::size_t blocks = a.cols / 256;
+  for (int t = 0; t < T; ++t) {
+    const std::size_t xb = (t0 + t) * blocks + b;
+    const std::int16_t* sums = a.x_sums + xb * q8_k_sums + (nz == 8 ? 0 : 16);
+    if constexpr (Shift != 0) isum[t] = _mm512_srai_epi32(isum[t], Shift);
+    __m512i zm = HasMin ? _mm512_setzero_si512() : isum[t];
+    for (int i = 0; i < nz; ++i) zm = _mm512_dpwssd_epi32(zm, o.zm[i], bcast32(sums + 2 * i));
+    const __m512 dx = _mm512_set1_ps(a.xd[xb]);
+    __m512 v = _mm512_load_ps(acc + 16 * t);
+    v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(HasMin ? isum[t] : zm), _mm512_mul_ps(o.d, dx), v);
+    if constexpr (HasMin) v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(zm), _mm512_mul_ps(o.m, dx), v);
+    _mm512_store_ps(acc + 16 * t, v);
+  }
+}
+
 /// T tokens from t0 (T <= 8) against super-block b of the 16 rows: acc[t][lane] += the block's
 /// terms, in the documented order.
 template <int T, int SD, bool HasMin, int Shift>
 void k_tokens(const BlockK& o, const QuantArgs& a, std::size_t t0, std::size_t b, float* acc) {
-  constexpr int subs = 64 / SD, nz = SD == 4 ? 8 : 4;
-  const std::size_t blocks = a.cols / 256;
+  constexpr int subs = 64 / SD;
   const std::int8_t* x[T];
   for (int t = 0; t < T; ++t) x[t] = a.xq + (t0 + t) * a.cols + b * 256;
   __m512i isum[T];
@@ -613,18 +633,36 @@ void k_tokens(const BlockK& o, const QuantArgs& a, std::size_t t0, std::size_t b
     const __m512i sc = o.sc[j];
     for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
   }
-  for (int t = 0; t < T; ++t) {
-    const std::size_t xb = (t0 + t) * blocks + b;
-    const std::int16_t* sums = a.x_sums + xb * q8_k_sums + (nz == 8 ? 0 : 16);
-    if constexpr (Shift != 0) isum[t] = _mm512_srai_epi32(isum[t], Shift);
-    __m512i zm = HasMin ? _mm512_setzero_si512() : isum[t];
-    for (int i = 0; i < nz; ++i) zm = _mm512_dpwssd_epi32(zm, o.zm[i], bcast32(sums + 2 * i));
-    const __m512 dx = _mm512_set1_ps(a.xd[xb]);
-    __m512 v = _mm512_load_ps(acc + 16 * t);
-    v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(HasMin ? isum[t] : zm), _mm512_mul_ps(o.d, dx), v);
-    if constexpr (HasMin) v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(zm), _mm512_mul_ps(o.m, dx), v);
-    _mm512_store_ps(acc + 16 * t, v);
+  k_finish<T, SD, HasMin, Shift>(o, a, t0, b, isum, acc);
+}
+
+/// Q4_K for one token (decode): each weight register is multiplied as soon as it is unpacked, so
+/// the block never goes through memory. The general path stores the unpacked block (BlockK: 88
+/// registers) for k_tokens to read back, which pays for itself from a few tokens on; at n = 1 on
+/// Zen 4, where a 512-bit store takes two cycles, the stores were more than half of the time
+/// (docs/benchmarks.md, "an AMD Zen 4 host"). The same integers and float steps as unpack_k +
+/// k_tokens: bitwise the same results.
+template <class Src>
+void q4_k_one_token(const Src& rows, const QuantArgs& a, std::size_t t, std::size_t b, float* acc) {
+  BlockK o;  // only the scales, mins and factors are filled
+  k_scales_mins(rows, o);
+  const std::int8_t* x = a.xq + t * a.cols + b * 256;
+  __m512i isum = _mm512_setzero_si512();
+  for (int c = 0; c < 4; ++c) {
+    // Sub-blocks 2c (low nibbles, scale x 16) and 2c + 1 (high nibbles in place), as unpack_k.
+    __m512i q[8];
+    load8(rows, q4_k_qs + 32 * c, q);
+    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+    for (int k = 0; k < 8; ++k) {
+      lo = dpbusd_x4(lo, low_nibbles(q[k]), x + 4 * (16 * c + k));
+      hi = dpbusd_x4(hi, _mm512_and_si512(q[k], splat8(0xf0)), x + 4 * (16 * c + 8 + k));
+    }
+    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(lo, _mm512_slli_epi32(o.sc[2 * c], 4)));
+    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(hi, o.sc[2 * c + 1]));
   }
+  constexpr QuantTraits traits = quant_traits(QuantType::q4_k);
+  k_finish<1, traits.sub_elems / 4, traits.has_min, unpack_shift(QuantType::q4_k)>(o, a, t, b,
+                                                                                   &isum, acc);
 }
 
 using TokensFn = void (*)(const BlockK&, const QuantArgs&, std::size_t, std::size_t, float*);
@@ -648,6 +686,11 @@ void matmul_k(const QuantArgs& a) {
       for (std::size_t i = 0; i < m * 16; ++i) acc[i] = 0.0f;
       for (std::size_t b = 0; b < blocks; ++b) {
         if (t0 == 0) group.prefetch_block(b);
+        if constexpr (Q == QuantType::q4_k)
+          if (m == 1) {
+            q4_k_one_token(group.block(b), a, t0, b, acc);
+            continue;
+          }
         unpack_k<Q>(group.block(b), blk);
         for (std::size_t t1 = 0; t1 < m; t1 += 8)
           tokens[(m - t1 < 8 ? m - t1 : 8) - 1](blk, a, t0 + t1, b, acc + 16 * t1);
