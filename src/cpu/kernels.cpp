@@ -461,11 +461,11 @@ void attend_portable(const AttentionArgs& a) {
   for (std::size_t j = 0; j < a.count; ++j) {
     const float* k = nullptr;
     if (a.kv_f16) {
-      const auto* k16 = static_cast<const std::uint16_t*>(a.k) + j * a.row_stride;
+      const auto* k16 = static_cast<const std::uint16_t*>(a.k) + kv_row(a, j) * a.row_stride;
       for (std::size_t d = 0; d < a.head_dim; ++d) row[d] = fp16_to_fp32(k16[d]);
       k = row;
     } else {
-      k = static_cast<const float*>(a.k) + j * a.row_stride;
+      k = static_cast<const float*>(a.k) + kv_row(a, j) * a.row_stride;
     }
     a.scores[j] = dot16(a.q, k, a.head_dim) * a.scale;
   }
@@ -483,11 +483,11 @@ void attend_portable(const AttentionArgs& a) {
   for (std::size_t j = 0; j < a.count; ++j) {
     const float e = a.scores[j];
     if (a.kv_f16) {
-      const auto* v16 = static_cast<const std::uint16_t*>(a.v) + j * a.row_stride;
+      const auto* v16 = static_cast<const std::uint16_t*>(a.v) + kv_row(a, j) * a.row_stride;
       for (std::size_t d = 0; d < a.head_dim; ++d)
         a.out[d] = std::fma(e, fp16_to_fp32(v16[d]), a.out[d]);
     } else {
-      const float* v = static_cast<const float*>(a.v) + j * a.row_stride;
+      const float* v = static_cast<const float*>(a.v) + kv_row(a, j) * a.row_stride;
       for (std::size_t d = 0; d < a.head_dim; ++d) a.out[d] = std::fma(e, v[d], a.out[d]);
     }
   }

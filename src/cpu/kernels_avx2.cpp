@@ -187,7 +187,7 @@ void fma_matmul_avx2(const FmaArgs& a) {
 
 void attend_avx2(const AttentionArgs& a) {
   for (std::size_t j = 0; j < a.count; ++j) {
-    const std::size_t row = j * a.row_stride;
+    const std::size_t row = kv_row(a, j) * a.row_stride;
     const void* k = a.kv_f16
                         ? static_cast<const void*>(static_cast<const std::uint16_t*>(a.k) + row)
                         : static_cast<const void*>(static_cast<const float*>(a.k) + row);
@@ -220,7 +220,7 @@ void attend_avx2(const AttentionArgs& a) {
     __m256 acc = _mm256_setzero_ps();
     for (std::size_t j = 0; j < a.count; ++j) {
       __m256 v;
-      const std::size_t off = j * a.row_stride + d;
+      const std::size_t off = kv_row(a, j) * a.row_stride + d;
       if (whole) {
         v = a.kv_f16 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
                            static_cast<const std::uint16_t*>(a.v) + off)))

@@ -159,7 +159,7 @@ void fma_matmul_avx512(const FmaArgs& a) {
 void attend_avx512(const AttentionArgs& a) {
   // scores
   for (std::size_t j = 0; j < a.count; ++j) {
-    const std::size_t row = j * a.row_stride;
+    const std::size_t row = kv_row(a, j) * a.row_stride;
     const void* k = a.kv_f16
                         ? static_cast<const void*>(static_cast<const std::uint16_t*>(a.k) + row)
                         : static_cast<const void*>(static_cast<const float*>(a.k) + row);
@@ -189,7 +189,7 @@ void attend_avx512(const AttentionArgs& a) {
     __m512 acc = _mm512_setzero_ps();
     for (std::size_t j = 0; j < a.count; ++j)
       acc = _mm512_fmadd_ps(_mm512_set1_ps(a.scores[j]),
-                            load_kv(a.v, a.kv_f16, j * a.row_stride + d, mask), acc);
+                            load_kv(a.v, a.kv_f16, kv_row(a, j) * a.row_stride + d, mask), acc);
     _mm512_mask_storeu_ps(a.out + d, mask, _mm512_div_ps(acc, total));
   }
 }

@@ -194,9 +194,18 @@ struct Transformer::State {
   std::vector<float> rope_cos, rope_sin;  // [n][head_dim / 2]
   std::vector<float> logits;              // [tokens of the call][vocab]
   std::vector<float> batch_logits;        // [n][vocab]: a step of several segments
-  // Row t of the current step: its segment, and its position in that segment's sequence.
-  std::vector<std::size_t> row_segment, row_position;  // [n]
-  std::array<PackedInput, input_format_count> packs;   // the current input, per InputFormat
+  // Row t of the current step: its segment, its position in that segment's sequence (rotary
+  // angle, causal extent) and the cache slot its K/V go to. The slot is the position, except in
+  // a token tree, where node j of a tree after c cached positions has slot c + j and position
+  // c + its depth.
+  std::vector<std::size_t> row_segment, row_position, row_slot;  // [n]
+  // A tree node's attention reads its ancestors' slots, root first, then its own
+  // (AttentionArgs::listed): row t's list starts at tree_rows[row_listed[t]]; no_list for a row
+  // of a chain.
+  static constexpr std::size_t no_list = std::numeric_limits<std::size_t>::max();
+  std::vector<std::size_t> row_listed;                // [n]
+  std::vector<std::size_t> tree_rows;                 // the lists, one after the other
+  std::array<PackedInput, input_format_count> packs;  // the current input, per InputFormat
   std::vector<std::vector<float>>
       scratch;  // per thread: attention scores [context] + head [head_dim]
 
@@ -435,6 +444,7 @@ void Transformer::rollback(std::size_t n) {
     throw Error(
         fmt::format("cpu::Transformer::rollback({}): only {} positions are cached", n, cached_));
   cached_ = n;
+  tree_parents_.clear();
 }
 
 void Transformer::check_input(std::span<const token_t> tokens, const char* who) const {
@@ -450,22 +460,32 @@ void Transformer::check_input(std::span<const token_t> tokens, const char* who) 
                       who, tokens[i], i, config_.vocab_size));
 }
 
+void Transformer::chosen_step(std::span<const Segment> segments, std::size_t tokens) {
+  State& s = *state_;
+  if (tokens > 16 || !s.adaptive_threads || s.pool->size() <= 1) {
+    step(segments);
+    return;
+  }
+  // Decode and verify steps: workers or the calling thread alone, whichever has been faster
+  // lately for steps of this size (the results are the same either way).
+  ParallelismChooser& chooser = s.choosers[State::chooser_index(tokens)];
+  s.use_workers = chooser.use_workers();
+  const auto start = std::chrono::steady_clock::now();
+  step(segments);
+  chooser.record(s.use_workers,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  s.use_workers = true;
+}
+
 LogitsView Transformer::forward(std::span<const token_t> tokens) {
   check_input(tokens, "forward");
+  tree_parents_.clear();
   State& s = *state_;
   const ModelConfig& c = config_;
   s.logits.resize(tokens.size() * c.vocab_size);
-  if (tokens.size() <= 16 && s.adaptive_threads && s.pool->size() > 1) {
-    // Decode and verify steps: workers or the calling thread alone, whichever has been faster
-    // lately for steps of this size (the results are the same either way).
-    ParallelismChooser& chooser = s.choosers[State::chooser_index(tokens.size())];
-    s.use_workers = chooser.use_workers();
-    const auto start = std::chrono::steady_clock::now();
+  if (tokens.size() <= 16) {
     const Segment segment{this, tokens, s.logits.data()};
-    step(std::span(&segment, 1));
-    chooser.record(s.use_workers,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    s.use_workers = true;
+    chosen_step(std::span(&segment, 1), tokens.size());
     return LogitsView{s.logits.data(), tokens.size(), c.vocab_size, Memory::host};
   }
   for (std::size_t first = 0; first < tokens.size(); first += max_step_tokens) {
@@ -505,7 +525,6 @@ std::vector<LogitsView> Transformer::forward_batch(
 
   // The segments, packed into steps of at most max_step_tokens (a long input is cut, its parts
   // going to consecutive steps: positions follow from each model's cache at its step).
-  State& s = *lead.state_;
   const std::size_t vocab = lead.config_.vocab_size;
   std::vector<LogitsView> out(models.size());
   for (std::size_t i = 0; i < models.size(); ++i) {
@@ -513,23 +532,12 @@ std::vector<LogitsView> Transformer::forward_batch(
     m.logits.resize(inputs[i].size() * vocab);
     out[i] = LogitsView{m.logits.data(), inputs[i].size(), vocab, Memory::host};
   }
+  for (Transformer* m : models) m->tree_parents_.clear();
   std::vector<Segment> step_segments;
   std::size_t in_step = 0;
   auto run_step = [&] {
     if (step_segments.empty()) return;
-    if (in_step <= 16 && s.adaptive_threads && s.pool->size() > 1) {
-      // As forward(): the lead model's chooser for steps of this size.
-      ParallelismChooser& chooser = s.choosers[State::chooser_index(in_step)];
-      s.use_workers = chooser.use_workers();
-      const auto start = std::chrono::steady_clock::now();
-      lead.step(step_segments);
-      chooser.record(
-          s.use_workers,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      s.use_workers = true;
-    } else {
-      lead.step(step_segments);
-    }
+    lead.chosen_step(step_segments, in_step);  // as forward(): the lead model's chooser
     step_segments.clear();
     in_step = 0;
   };
@@ -545,6 +553,69 @@ std::vector<LogitsView> Transformer::forward_batch(
   }
   run_step();
   return out;
+}
+
+LogitsView Transformer::forward_tree(std::span<const token_t> tokens,
+                                     std::span<const std::int32_t> parents) {
+  check_input(tokens, "forward_tree");
+  if (tokens.size() > max_tree_nodes)
+    throw Error(fmt::format("cpu::Transformer::forward_tree: {} nodes, at most {} are supported",
+                            tokens.size(), max_tree_nodes));
+  if (parents.size() != tokens.size())
+    throw Error(fmt::format("cpu::Transformer::forward_tree: {} tokens but {} parents",
+                            tokens.size(), parents.size()));
+  for (std::size_t i = 0; i < parents.size(); ++i)
+    if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(i))
+      throw Error(fmt::format(
+          "cpu::Transformer::forward_tree: node {} has parent {} (must be -1, the cached prefix, "
+          "or a node before it)",
+          i, parents[i]));
+  tree_parents_.clear();
+  State& s = *state_;
+  s.logits.resize(tokens.size() * config_.vocab_size);
+  const Segment segment{this, tokens, s.logits.data(), parents};
+  chosen_step(std::span(&segment, 1), tokens.size());
+  tree_parents_.assign(parents.begin(), parents.end());
+  return LogitsView{s.logits.data(), tokens.size(), config_.vocab_size, Memory::host};
+}
+
+void Transformer::accept_path(std::span<const std::size_t> path) {
+  if (tree_parents_.empty())
+    throw Error(
+        "cpu::Transformer::accept_path: no forward_tree() since the cache last changed (a path "
+        "is kept right after the tree was scored)");
+  for (std::size_t k = 0; k < path.size(); ++k) {
+    if (path[k] >= tree_parents_.size())
+      throw Error(
+          fmt::format("cpu::Transformer::accept_path: node {} (at {} of the path) is not "
+                      "in the tree of {} nodes",
+                      path[k], k, tree_parents_.size()));
+    const std::int64_t want = k == 0 ? -1 : static_cast<std::int64_t>(path[k - 1]);
+    if (tree_parents_[path[k]] != want)
+      throw Error(fmt::format(
+          "cpu::Transformer::accept_path: node {} (at {} of the path) has parent {}, not {}",
+          path[k], k, tree_parents_[path[k]], want));
+  }
+  // Node path[k] sits in slot cached_ + path[k] and moves to position cached_ + k. A child comes
+  // after its parent, so path[k] >= k and increasing k never overwrites a row still to be moved.
+  State& s = *state_;
+  const ModelConfig& c = config_;
+  const std::size_t hd = c.head_dim;
+  for (std::size_t k = 0; k < path.size(); ++k) {
+    if (path[k] == k) continue;
+    for (std::size_t li = 0; li < c.n_layers; ++li)
+      for (const bool value : {false, true})
+        for (std::size_t head = 0; head < c.n_kv_heads; ++head) {
+          const std::size_t from = s.kv_offset(li, value, head, cached_ + path[k], hd),
+                            to = s.kv_offset(li, value, head, cached_ + k, hd);
+          if (s.kv_f16)
+            std::copy_n(s.kv_f16.get() + from, hd, s.kv_f16.get() + to);
+          else
+            std::copy_n(s.kv_f32.get() + from, hd, s.kv_f32.get() + to);
+        }
+  }
+  cached_ += path.size();
+  tree_parents_.clear();
 }
 
 void Transformer::step(std::span<const Segment> segments) {
@@ -563,12 +634,27 @@ void Transformer::step(std::span<const Segment> segments) {
   for (const Segment& seg : segments) n += seg.tokens.size();
   s.row_segment.resize(n);
   s.row_position.resize(n);
+  s.row_slot.resize(n);
+  s.row_listed.assign(n, State::no_list);
+  s.tree_rows.clear();
   s.x.resize(n * dim);
   for (std::size_t i = 0, t = 0; i < segments.size(); ++i) {
     const Segment& seg = segments[i];
+    const std::size_t base = seg.model->cached_;
     for (std::size_t j = 0; j < seg.tokens.size(); ++j, ++t) {
       s.row_segment[t] = i;
-      s.row_position[t] = seg.model->cached_ + j;
+      s.row_slot[t] = base + j;
+      s.row_position[t] = base + j;
+      if (!seg.parents.empty()) {
+        // Tree node j: its ancestors' slots, root first, then its own.
+        s.row_listed[t] = s.tree_rows.size();
+        for (std::int64_t a = static_cast<std::int64_t>(j); a >= 0;
+             a = seg.parents[static_cast<std::size_t>(a)])
+          s.tree_rows.push_back(base + static_cast<std::size_t>(a));
+        std::reverse(s.tree_rows.begin() + static_cast<std::ptrdiff_t>(s.row_listed[t]),
+                     s.tree_rows.end());
+        s.row_position[t] = base + (s.tree_rows.size() - s.row_listed[t]) - 1;  // + depth
+      }
       dequantize_row(s.embed, static_cast<std::size_t>(seg.tokens[j]), s.x.data() + t * dim);
     }
   }
@@ -648,7 +734,7 @@ void Transformer::step(std::span<const Segment> segments) {
         }
         if (is_q) continue;
         State& kv = kv_of(t);
-        const std::size_t at = kv.kv_offset(li, !is_k, head, s.row_position[t], hd);
+        const std::size_t at = kv.kv_offset(li, !is_k, head, s.row_slot[t], hd);
         if (kv.kv_f16)
           f32_to_f16_row(isa, h, kv.kv_f16.get() + at, hd);
         else
@@ -669,7 +755,11 @@ void Transformer::step(std::span<const Segment> segments) {
           args.kv_f16 ? static_cast<const void*>(kv.kv_f16.get() + k_at) : kv.kv_f32.get() + k_at;
       args.v =
           args.kv_f16 ? static_cast<const void*>(kv.kv_f16.get() + v_at) : kv.kv_f32.get() + v_at;
-      args.count = s.row_position[t] + 1;  // causal: positions 0 .. its own
+      args.count = s.row_position[t] + 1;       // causal: positions 0 .. its own
+      if (s.row_listed[t] != State::no_list) {  // a tree node: the prefix, then its path
+        args.listed = s.tree_rows.data() + s.row_listed[t];
+        args.first_listed = segments[s.row_segment[t]].model->cached_;
+      }
       args.head_dim = hd;
       args.row_stride = hd;
       args.scale = s.attn_scale;
@@ -739,7 +829,8 @@ void Transformer::step(std::span<const Segment> segments) {
       from += count;
     }
   }
-  for (const Segment& seg : segments) seg.model->cached_ += seg.tokens.size();
+  for (const Segment& seg : segments)
+    if (seg.parents.empty()) seg.model->cached_ += seg.tokens.size();  // a tree: accept_path()
 }
 
 }  // namespace specdec::cpu

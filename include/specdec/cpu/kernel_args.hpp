@@ -19,6 +19,18 @@ struct AttentionArgs {
   float scale = 1.0f;          ///< multiplies q . k (usually 1 / sqrt(head_dim))
   float* scores = nullptr;     ///< scratch of `count` floats
   float* out = nullptr;        ///< [head_dim]; may not alias q
+  /// A token tree (Transformer::forward_tree): positions j >= first_listed read the cache row
+  /// listed[j - first_listed] instead of row j, because a node's ancestors are scattered over
+  /// the tree's slots while the prefix before the tree is contiguous. The reductions still run
+  /// over positions 0 .. count - 1 in order, so a node's output is bitwise that of its path laid
+  /// out contiguously. null: position j reads row j.
+  const std::size_t* listed = nullptr;
+  std::size_t first_listed = 0;
 };
+
+/// The cache row that position j of `a` reads (see AttentionArgs::listed).
+inline std::size_t kv_row(const AttentionArgs& a, std::size_t j) {
+  return a.listed == nullptr || j < a.first_listed ? j : a.listed[j - a.first_listed];
+}
 
 }  // namespace specdec::cpu

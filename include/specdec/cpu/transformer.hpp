@@ -15,6 +15,7 @@
 //    plain decoding emits.
 
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -139,9 +140,36 @@ class Transformer {
   static std::vector<LogitsView> forward_batch(std::span<Transformer* const> models,
                                                std::span<const std::span<const token_t>> inputs);
 
+  /// Scores a token tree in one step (tree speculation: several drafted continuations verified
+  /// at once). Node i is tokens[i]; parents[i] is -1 when the node follows the cached prefix
+  /// directly, else the index of its parent node, which must come before it (parents[i] < i).
+  /// Row i of the result is the logits after the prefix and the path to node i: bitwise what
+  /// forward() of that path would return in its last row (an ancestor mask in the attention,
+  /// and rotary positions by depth; the batch-invariance property extended to trees).
+  ///
+  /// The nodes' K/V occupy the cache slots cached() .. cached() + n - 1 (node order, not
+  /// positions), so cached() does not move: accept_path() then keeps one path of the tree, and
+  /// anything else (forward, rollback, another tree) simply overwrites the slots. Throws
+  /// specdec::Error, leaving the cache unchanged, on an empty tree, more than max_tree_nodes
+  /// nodes, parents that are not as above, a token outside the vocabulary, or when the n slots
+  /// do not fit in the context.
+  LogitsView forward_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents);
+  /// Keeps the nodes `path` of the last forward_tree(): path[0] is a node whose parent is -1 and
+  /// each next node is a child of the one before. Their K/V move to positions cached() ...
+  /// cached() + path.size() - 1 (O(path) row copies, no recomputation) and cached() advances by
+  /// path.size(), exactly as if forward() had appended the path's tokens. An empty path keeps
+  /// nothing. Throws specdec::Error, changing nothing, when there was no forward_tree() since
+  /// the last change of the cache or when `path` is not such a chain.
+  void accept_path(std::span<const std::size_t> path);
+  /// Nodes forward_tree() takes: one step of the network.
+  static constexpr std::size_t max_tree_nodes = 256;
+
   /// Keeps the first n cached positions. O(1). Throws specdec::Error when n > cached().
   void rollback(std::size_t n);
-  void reset() { cached_ = 0; }
+  void reset() {
+    cached_ = 0;
+    tree_parents_.clear();
+  }
 
   [[nodiscard]] std::size_t cached() const noexcept { return cached_; }
   [[nodiscard]] std::size_t vocab_size() const noexcept { return config_.vocab_size; }
@@ -173,11 +201,15 @@ class Transformer {
     Transformer* model;
     std::span<const token_t> tokens;
     float* logits;
+    std::span<const std::int32_t> parents{};  ///< a token tree (forward_tree); empty: a chain
   };
   /// One pass through the network over the tokens of all segments (at most max_step_tokens in
   /// all; at most one segment per model), with this model's activation buffers. forward() is a
   /// step of one segment, forward_batch() a step of several.
   void step(std::span<const Segment> segments);
+  /// step(), timed by this model's ParallelismChooser when it is a decode or verify step (at
+  /// most 16 tokens in all).
+  void chosen_step(std::span<const Segment> segments, std::size_t tokens);
   /// Throws (naming `who`) when `tokens` cannot be appended: empty, past the context, a token
   /// outside the vocabulary.
   void check_input(std::span<const token_t> tokens, const char* who) const;
@@ -187,6 +219,9 @@ class Transformer {
   Options options_;
   std::size_t context_length_ = 0;
   std::size_t cached_ = 0;
+  /// The parents of the last forward_tree(), whose K/V sit after cached_; empty when there is
+  /// none or the cache changed since (accept_path() needs it).
+  std::vector<std::int32_t> tree_parents_;
   std::unique_ptr<State> state_;
 };
 
