@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -401,4 +402,60 @@ TEST_CASE("qwen official Q4_K_M: every drafter's greedy output equals target-onl
     if (draft_seconds >= base_seconds || head_seconds >= base_seconds)
       WARN(domain << ": speculative decoding did not pay in this run (see above)");
   }
+}
+
+// Issue 21: a token tree on the real target. After a code prompt, a 16-node tree holds the
+// target's own greedy continuation as one branch and decoys beside it (other tokens at several
+// depths, a second root); every node's logits row must be bitwise the last row of a plain
+// forward of its path (the same Q4_K/Q6_K kernels, the ancestor lists in the attention), and
+// keeping the greedy branch must leave the cache forward() would have left.
+TEST_CASE("qwen official Q4_K_M: a token tree scores every node bitwise as its path alone",
+          "[real-models]") {
+  require_models();
+  skip_under_sanitizer();
+  const specdec::LoadedModel target_m = specdec::load_model(official("1.5b").string());
+  specdec::cpu::Options options = cpu_options();
+  options.context_length = 512;
+  specdec::cpu::Transformer tree_model(target_m, options);
+  specdec::cpu::Transformer plain(target_m, options);
+  const std::vector<token_t> prompt = target_m.tokenizer->encode(
+      "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", true);
+
+  // The target's greedy continuation: 6 tokens.
+  const auto argmax = [](const float* row, std::size_t vocab) {
+    return static_cast<token_t>(std::max_element(row, row + vocab) - row);
+  };
+  const std::size_t vocab = plain.vocab_size();
+  std::vector<token_t> greedy_tokens;
+  specdec::LogitsView l = plain.forward(prompt);
+  for (int i = 0; i < 6; ++i) {
+    greedy_tokens.push_back(argmax(l.data + (l.rows - 1) * vocab, vocab));
+    l = plain.forward(std::span(&greedy_tokens.back(), 1));
+  }
+  // Nodes 0..5: the greedy chain; the rest: decoys hanging off it, and a second root.
+  const auto g = [&](std::size_t i) { return greedy_tokens[i]; };
+  const std::vector<token_t> tokens{g(0), g(1), g(2), g(3), g(4), g(5), 1000, 2000,
+                                    g(2), 3000, g(5), 42,   g(1), 4000, g(3), 17};
+  const std::vector<std::int32_t> parents{-1, 0, 1, 2, 3, 4, -1, 0, 7, 1, 3, 2, 6, 12, 11, 5};
+  tree_model.forward(prompt);
+  const specdec::LogitsView tree = tree_model.forward_tree(tokens, parents);
+  const std::vector<float> rows(tree.data, tree.data + tree.rows * vocab);
+  for (std::size_t node = 0; node < tokens.size(); ++node) {
+    std::vector<token_t> path;
+    for (std::int64_t a = static_cast<std::int64_t>(node); a >= 0;
+         a = parents[static_cast<std::size_t>(a)])
+      path.insert(path.begin(), tokens[static_cast<std::size_t>(a)]);
+    plain.rollback(prompt.size());
+    const specdec::LogitsView p = plain.forward(path);
+    INFO("node " << node << " at depth " << path.size() - 1);
+    CHECK(std::memcmp(rows.data() + node * vocab, p.data + (p.rows - 1) * vocab,
+                      vocab * sizeof(float)) == 0);
+  }
+  // Keep the greedy branch but its last node, then decode one token: the row of plain decoding.
+  tree_model.accept_path(std::vector<std::size_t>{0, 1, 2, 3, 4});
+  REQUIRE(tree_model.cached() == prompt.size() + 5);
+  const specdec::LogitsView next = tree_model.forward(std::span(&greedy_tokens[5], 1));
+  plain.rollback(prompt.size());
+  const specdec::LogitsView want = plain.forward(greedy_tokens);
+  CHECK(std::memcmp(next.data, want.data + 5 * vocab, vocab * sizeof(float)) == 0);
 }
