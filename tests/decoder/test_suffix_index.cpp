@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "specdec/decoder/suffix_index.hpp"
+#include "specdec/decoder/drafters.hpp"
 #include "specdec_test.hpp"
 
 using specdec::DraftTree;

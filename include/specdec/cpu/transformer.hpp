@@ -226,5 +226,6 @@ class Transformer {
 };
 
 static_assert(CausalLM<Transformer>);
+static_assert(TreeCausalLM<Transformer>);
 
 }  // namespace specdec::cpu

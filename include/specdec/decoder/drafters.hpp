@@ -9,6 +9,9 @@
 //    drafted token, which the verifier handles exactly.
 //  - LookupThenModelDrafter<M> tries prompt lookup first and falls back to a draft model when
 //    the lookup finds nothing: free drafts where the output copies the input, the model elsewhere.
+//  - SuffixDrafter is model-free suffix decoding: an index (decoder/suffix_index.hpp) of the
+//    sequence and optionally of earlier responses proposes the most frequent continuations of
+//    the longest matching suffix, as a token tree (draft_tree) or its best path (draft).
 //  - NoDrafter proposes nothing: every round is one plain target step (AutoregressiveDecoder).
 //  - AdaptiveDraftLength chooses k for the next round from the running acceptance and the
 //    measured cost of a round of each length (decoder/cost_model.hpp measures it).
@@ -29,6 +32,7 @@
 
 #include "specdec/common.hpp"
 #include "specdec/decoder/sampler.hpp"
+#include "specdec/decoder/suffix_index.hpp"
 #include "specdec/model/causal_lm.hpp"
 
 namespace specdec {
@@ -258,6 +262,110 @@ class NGramDrafter {
   Options options_;
   std::vector<token_t> proposal_;
 };
+
+// ------------------------------------------------------------------------ SuffixDrafter
+
+/// Capability: D proposes token trees of point masses (DraftTree: deterministic continuations,
+/// several per node), which a session verifies in one target forward when the target is a
+/// TreeCausalLM (model/causal_lm.hpp) and the sampler verifies trees.
+template <class D>
+concept TreeDrafter = Drafter<D> && requires(D& d, std::span<const token_t> s, std::size_t n) {
+  { d.draft_tree(s, n) } -> std::same_as<const DraftTree&>;
+};
+
+/// The suffix drafter of one sequence: an index of its own prompt and output, and optionally a
+/// shared index of earlier responses; each round proposes the tree of whichever matches the
+/// longer suffix of the sequence (its own on a tie). A Drafter (decoder/drafters.hpp) of point
+/// masses: draft_tree() for a target that verifies trees, draft() (the tree's best path) for any
+/// other.
+class SuffixDrafter {
+ public:
+  explicit SuffixDrafter(const SuffixIndex::Options& options = {},
+                         const SharedSuffixIndex* shared = nullptr, const TreeShape& shape = {})
+      : options_(options), local_(options), shared_(shared), shape_(shape) {}
+
+  // The Drafter interface: the index follows the sequence it is shown.
+  [[nodiscard]] std::size_t vocab_size() const { return 0; }  // proposes tokens it has seen
+  [[nodiscard]] std::size_t max_draft(std::size_t) const {
+    return std::numeric_limits<std::size_t>::max();
+  }
+  void start(std::span<const token_t> prompt) { update(prompt); }
+  void extend(std::span<const token_t> sequence) { update(sequence); }
+  void keep(std::size_t) {}  // update() sees a sequence that no longer extends what it indexed
+
+  /// This round's tree: at most max_nodes nodes (and the shape's limits).
+  const DraftTree& draft_tree(std::span<const token_t> sequence, std::size_t max_nodes) {
+    TreeShape shape = shape_;
+    shape.max_nodes = std::min(shape.max_nodes, max_nodes);
+    last_ = propose(sequence, shape);
+    return last_.tree;
+  }
+  /// The tree's best path (the highest-scored child at each level, at most k tokens), for a
+  /// target that verifies chains only.
+  template <RoundSampler S>
+  DraftResult draft(std::span<const token_t> sequence, std::size_t k, S& sampler) {
+    const DraftTree& tree = draft_tree(sequence, std::max<std::size_t>(k, 1) * 4);
+    chain_.clear();
+    std::int32_t at = -1;
+    for (std::size_t i = 0; i < tree.size() && chain_.size() < k; ++i)
+      if (tree.parents[i] == at) {  // best-first: the first child found scores highest
+        chain_.push_back(tree.tokens[i]);
+        at = static_cast<std::int32_t>(i);
+      }
+    sampler.propose(std::span<const token_t>(chain_));
+    return DraftResult{chain_.size(), Proposal::point_mass, 0};
+  }
+  [[nodiscard]] const TreeShape& shape() const noexcept { return shape_; }
+
+  /// Brings the local index up to `sequence` (the whole sequence: prompt + output). A sequence
+  /// that is not an extension of what was indexed (an edited conversation) is indexed afresh.
+  void update(std::span<const token_t> sequence) {
+    const bool extends = sequence.size() >= indexed_.size() &&
+                         std::equal(indexed_.begin(), indexed_.end(), sequence.begin());
+    if (!extends) {
+      local_ = SuffixIndex(options_);
+      cursor_ = {};
+      indexed_.clear();
+    }
+    for (std::size_t i = indexed_.size(); i < sequence.size(); ++i) {
+      local_.append(cursor_, sequence[i]);
+      indexed_.push_back(sequence[i]);
+    }
+  }
+
+  struct Lookup {
+    DraftTree tree;
+    std::size_t match_length = 0;  ///< tokens of the sequence's suffix the tree continues
+    bool from_shared = false;
+  };
+  /// update(sequence), then the tree of the longer match.
+  Lookup propose(std::span<const token_t> sequence, const TreeShape& shape) {
+    update(sequence);
+    const SuffixIndex::Match m = local_.longest_match(sequence, shape.min_match);
+    Lookup out{local_.propose_from(m, shape), m.length, false};
+    if (shared_ != nullptr) {
+      SharedSuffixIndex::Lookup s = shared_->propose(sequence, shape);
+      if (s.match_length > out.match_length) out = {std::move(s.tree), s.match_length, true};
+    }
+    return out;
+  }
+
+  [[nodiscard]] const SuffixIndex& local() const noexcept { return local_; }
+  /// The last draft_tree()'s proposal (match length, which index).
+  [[nodiscard]] const Lookup& last() const noexcept { return last_; }
+
+ private:
+  SuffixIndex::Options options_;
+  SuffixIndex local_;
+  SuffixIndex::Cursor cursor_;
+  std::vector<token_t> indexed_;
+  const SharedSuffixIndex* shared_;
+  TreeShape shape_;
+  Lookup last_;
+  std::vector<token_t> chain_;
+};
+
+static_assert(TreeDrafter<SuffixDrafter>);
 
 // ------------------------------------------------------------------------ LookupThenModelDrafter
 

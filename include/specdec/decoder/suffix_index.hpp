@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <queue>
 #include <shared_mutex>
@@ -230,11 +231,11 @@ class SharedSuffixIndex {
   }
 
   /// propose() and its match length under a shared lock.
-  struct Proposal {
+  struct Lookup {
     DraftTree tree;
     std::size_t match_length = 0;
   };
-  [[nodiscard]] Proposal propose(std::span<const token_t> context, const TreeShape& shape) const {
+  [[nodiscard]] Lookup propose(std::span<const token_t> context, const TreeShape& shape) const {
     const std::shared_lock lock(mutex_);
     const SuffixIndex::Match m = index_.longest_match(context, shape.min_match);
     return {index_.propose_from(m, shape), m.length};
@@ -249,58 +250,6 @@ class SharedSuffixIndex {
   mutable std::shared_mutex mutex_;
   SuffixIndex index_;
   std::deque<std::vector<token_t>> recent_;
-};
-
-/// The suffix drafter of one sequence: an index of its own prompt and output, and optionally a
-/// shared index of earlier responses; each round proposes the tree of whichever matches the
-/// longer suffix of the sequence (its own on a tie).
-class SuffixDrafter {
- public:
-  explicit SuffixDrafter(const SuffixIndex::Options& options = {},
-                         const SharedSuffixIndex* shared = nullptr)
-      : options_(options), local_(options), shared_(shared) {}
-
-  /// Brings the local index up to `sequence` (the whole sequence: prompt + output). A sequence
-  /// that is not an extension of what was indexed (an edited conversation) is indexed afresh.
-  void update(std::span<const token_t> sequence) {
-    const bool extends = sequence.size() >= indexed_.size() &&
-                         std::equal(indexed_.begin(), indexed_.end(), sequence.begin());
-    if (!extends) {
-      local_ = SuffixIndex(options_);
-      cursor_ = {};
-      indexed_.clear();
-    }
-    for (std::size_t i = indexed_.size(); i < sequence.size(); ++i) {
-      local_.append(cursor_, sequence[i]);
-      indexed_.push_back(sequence[i]);
-    }
-  }
-
-  struct Proposal {
-    DraftTree tree;
-    std::size_t match_length = 0;  ///< tokens of the sequence's suffix the tree continues
-    bool from_shared = false;
-  };
-  /// update(sequence), then the tree of the longer match.
-  Proposal propose(std::span<const token_t> sequence, const TreeShape& shape) {
-    update(sequence);
-    const SuffixIndex::Match m = local_.longest_match(sequence, shape.min_match);
-    Proposal out{local_.propose_from(m, shape), m.length, false};
-    if (shared_ != nullptr) {
-      SharedSuffixIndex::Proposal s = shared_->propose(sequence, shape);
-      if (s.match_length > out.match_length) out = {std::move(s.tree), s.match_length, true};
-    }
-    return out;
-  }
-
-  [[nodiscard]] const SuffixIndex& local() const noexcept { return local_; }
-
- private:
-  SuffixIndex::Options options_;
-  SuffixIndex local_;
-  SuffixIndex::Cursor cursor_;
-  std::vector<token_t> indexed_;
-  const SharedSuffixIndex* shared_;
 };
 
 }  // namespace specdec

@@ -3,6 +3,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "specdec/common.hpp"
@@ -75,6 +76,19 @@ concept CausalLM = requires(M& m, const M& cm, std::span<const token_t> t, std::
   { m.forward(t) } -> std::same_as<LogitsView>;
   {m.rollback(n)};
   requires Synchronizable<M>;
+};
+
+/// A CausalLM that also scores a token tree in one forward (tree speculation):
+///  - forward_tree(tokens, parents) scores node i = tokens[i] after the cached prefix and the
+///    path to it (parents[i] = -1: directly after the prefix, else an earlier node), row i being
+///    bitwise what forward() of that path would give; cached() does not move;
+///  - accept_path(path) then keeps one root-to-node path, as if forward() had appended it.
+template <class M>
+concept TreeCausalLM = CausalLM<M> && requires(M& m, std::span<const token_t> t,
+                                               std::span<const std::int32_t> parents,
+                                               std::span<const std::size_t> path) {
+  { m.forward_tree(t, parents) } -> std::same_as<LogitsView>;
+  m.accept_path(path);
 };
 
 /// The completion point of any model: M::synchronize() where the type has one (a device model:
