@@ -31,7 +31,7 @@ class MockLM {
   using LogitsFn = std::function<std::vector<float>(std::span<const token_t> prefix)>;
 
   struct Call {
-    enum Kind { forward, rollback } kind;
+    enum Kind { forward, rollback, tree, accept } kind;
     std::vector<token_t> tokens;  ///< forward: the tokens fed
     std::size_t n = 0;            ///< rollback: the positions kept
     std::size_t cached_before = 0;
@@ -56,6 +56,7 @@ class MockLM {
       throw Error("MockLM: context overflow (" + std::to_string(cache.size()) + " + " +
                   std::to_string(tokens.size()) + " > " + std::to_string(context_) + ")");
     calls.push_back({Call::forward, {tokens.begin(), tokens.end()}, 0, cache.size()});
+    tree_parents_.clear();
     logits_.clear();
     for (const token_t t : tokens) {
       if (t < 0 || static_cast<std::size_t>(t) >= vocab_) throw Error("MockLM: token out of range");
@@ -72,6 +73,45 @@ class MockLM {
     if (n > cache.size()) throw Error("MockLM: rollback beyond the cache");
     calls.push_back({Call::rollback, {}, n, cache.size()});
     cache.resize(n);
+    tree_parents_.clear();
+  }
+
+  /// A token tree (TreeCausalLM): row i = next_logits(cache ++ the path to node i); the cache
+  /// does not move until accept_path().
+  LogitsView forward_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents) {
+    if (tokens.empty() || parents.size() != tokens.size()) throw Error("MockLM: bad tree");
+    if (cache.size() + tokens.size() > context_) throw Error("MockLM: tree past the context");
+    calls.push_back({Call::tree, {tokens.begin(), tokens.end()}, 0, cache.size()});
+    logits_.clear();
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(i))
+        throw Error("MockLM: a parent after its child");
+      std::vector<token_t> path;
+      for (std::int64_t a = static_cast<std::int64_t>(i); a >= 0;
+           a = parents[static_cast<std::size_t>(a)])
+        path.insert(path.begin(), tokens[static_cast<std::size_t>(a)]);
+      std::vector<token_t> prefix = cache;
+      prefix.insert(prefix.end(), path.begin(), path.end());
+      const std::vector<float> row = next_logits_(prefix);
+      logits_.insert(logits_.end(), row.begin(), row.end());
+    }
+    tree_tokens_.assign(tokens.begin(), tokens.end());
+    tree_parents_.assign(parents.begin(), parents.end());
+    ++forwards;
+    return LogitsView{logits_.data(), tokens.size(), vocab_, where};
+  }
+  void accept_path(std::span<const std::size_t> path) {
+    if (tree_parents_.empty()) throw Error("MockLM: accept_path without a tree");
+    std::vector<token_t> kept;
+    for (std::size_t k = 0; k < path.size(); ++k) {
+      const std::int64_t want = k == 0 ? -1 : static_cast<std::int64_t>(path[k - 1]);
+      if (path[k] >= tree_parents_.size() || tree_parents_[path[k]] != want)
+        throw Error("MockLM: accept_path of a path that is not a chain of the tree");
+      kept.push_back(tree_tokens_[path[k]]);
+    }
+    calls.push_back({Call::accept, kept, path.size(), cache.size()});
+    cache.insert(cache.end(), kept.begin(), kept.end());
+    tree_parents_.clear();
   }
 
   std::vector<token_t> cache;  ///< tokens consumed (the fake KV cache)
@@ -84,15 +124,20 @@ class MockLM {
   std::size_t context_;
   LogitsFn next_logits_;
   std::vector<float> logits_;
+  std::vector<token_t> tree_tokens_;        // the last forward_tree()'s
+  std::vector<std::int32_t> tree_parents_;  // empty: none pending
 };
 
-static_assert(CausalLM<MockLM>);
+static_assert(TreeCausalLM<MockLM>);
 
 /// How Catch2 prints a call when a call log differs: "fwd[cached 2](3 4)" or "rb[cached 6](5)".
 inline std::ostream& operator<<(std::ostream& os, const MockLM::Call& c) {
   if (c.kind == MockLM::Call::rollback)
     return os << "rb[cached " << c.cached_before << "](" << c.n << ")";
-  os << "fwd[cached " << c.cached_before << "](";
+  os << (c.kind == MockLM::Call::tree     ? "tree"
+         : c.kind == MockLM::Call::accept ? "accept"
+                                          : "fwd")
+     << "[cached " << c.cached_before << "](";
   for (std::size_t i = 0; i < c.tokens.size(); ++i) os << (i ? " " : "") << c.tokens[i];
   return os << ")";
 }

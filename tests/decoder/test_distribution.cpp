@@ -219,6 +219,16 @@ TEST_CASE("speculative sampling has the target's law (first 3 tokens, V = 4)", "
             .tokens;
       });
     }
+    SECTION(std::string("suffix drafter, tree rounds of up to 6 nodes, ") + setting.name) {
+      // Matches of one token, every continuation seen: trees that branch at most nodes.
+      const specdec::TreeShape shape{.max_nodes = 6, .min_score = 0.0f, .min_match = 1};
+      check_law(law, [&](std::uint64_t seed) {
+        MockLM target = target_model.lm();
+        specdec::SuffixDrafter suffix({}, nullptr, shape);
+        specdec::SpeculativeDecoder dec(suffix, target, SpeculativeOptions{.max_tree_nodes = 6});
+        return dec.generate(prompt, sampling_config(setting.params, seed)).tokens;
+      });
+    }
     for (const std::size_t k : {1, 2, 3}) {
       SECTION(std::string("draft model, k = ") + std::to_string(k) + ", " + setting.name) {
         check_law(law, [&](std::uint64_t seed) {

@@ -181,6 +181,19 @@ TEST_CASE("tinyllama: greedy speculative == greedy target-only, adaptive k and n
       return dec.generate(prompt, greedy());
     });
   }
+  // Issue 21: tree rounds. The target scores each suffix tree in one forward_tree (every node's
+  // row bitwise its path's), so greedy tree speculation emits exactly the target-only tokens.
+  for (const std::size_t nodes : {1, 4, 16}) {
+    DYNAMIC_SECTION("suffix drafter, trees of up to " << nodes << " nodes") {
+      const std::string name = "suffix drafter, trees of " + std::to_string(nodes);
+      check_equivalence(name.c_str(), [&](const std::vector<token_t>& prompt) {
+        specdec::SuffixDrafter suffix({}, nullptr, {.max_nodes = nodes, .min_score = 0.05f});
+        specdec::SpeculativeDecoder dec(suffix, *target,
+                                        SpeculativeOptions{.max_tree_nodes = nodes});
+        return dec.generate(prompt, greedy());
+      });
+    }
+  }
 }
 
 TEST_CASE("tinyllama: streamed text is the tokenizer's decoding of the continuation",

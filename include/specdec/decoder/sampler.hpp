@@ -32,6 +32,7 @@
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/process.hpp"
 #include "specdec/sampling/round.hpp"
+#include "specdec/sampling/tree_verify.hpp"
 #include "specdec/sampling/verify.hpp"
 
 namespace specdec {
@@ -182,6 +183,71 @@ class HostSampler {
                                      : std::span<const sampling::TokenLogprob>()};
   }
 
+  /// Verifies a token tree of point-mass proposals (a TreeDrafter's; TreeSampler): tokens[0] is
+  /// the sequence's last token (parents[0] = -1), node i > 0 a proposed token after node
+  /// parents[i]; target row i holds the logits after the path to node i (forward_tree). Greedy:
+  /// the argmax walk of sampling::verify_tree_greedy_loop, scanning only the rows it visits.
+  /// Sampled: every row processed into p_, then sampling::verify_tree with point masses (the
+  /// target stream, n counters). Penalties are not applied to trees: refused.
+  TreeVerdict verify_tree(const LogitsView& target, std::span<const token_t> tokens,
+                          std::span<const std::int32_t> parents, std::size_t position) {
+    const std::size_t n = tokens.size();
+    detail::check_logits(target, n, vocab_, "target model");
+    if (penalties_.active())
+      throw Error(
+          "HostSampler::verify_tree: repetition penalties and logit bias are not applied to "
+          "token trees yet (each node would need its own path's history)");
+    sampling::validate_tree(tokens, parents, vocab_, sampling::TreeProposal::point_mass);
+    const auto t0 = std::chrono::steady_clock::now();
+    depth_.assign(n, 0);  // a node's position is position + its depth (error messages)
+    for (std::size_t i = 1; i < n; ++i)
+      depth_[i] = depth_[static_cast<std::size_t>(parents[i])] + 1;
+    token_t next = -1;
+    if (params_.greedy()) {
+      const float* rows = target.row(0).data();
+      const auto scan = [&](const float* row) {
+        const std::size_t node = static_cast<std::size_t>(row - rows) / vocab_;
+        return sampling::GreedyScan{
+            argmax_of(std::span<const float>(row, vocab_), "target model", position + depth_[node]),
+            vocab_, 0.0};
+      };
+      const sampling::TreeVerifyOutcome out =
+          sampling::verify_tree_greedy_loop(rows, tokens.data(), parents.data(), n, vocab_, scan);
+      sampling::throw_if_error(out, "HostSampler::verify_tree");
+      tree_path_ = sampling::detail::tree_path(out, parents);
+      next = out.next;
+    } else {
+      p_.resize(n * vocab_);
+      for (std::size_t i = 0; i < n; ++i)
+        process(target.row(i), std::span<float>(p_.data() + i * vocab_, vocab_), "target model",
+                position + depth_[i]);
+      sampling::TreeVerifyResult r =
+          sampling::verify_tree<float>(std::span<const float>(p_), {}, tokens, parents, vocab_,
+                                       sampling::TreeProposal::point_mass, target_rng_);
+      tree_path_ = std::move(r.path);
+      next = r.next;
+    }
+    const std::size_t end = tree_path_.empty() ? 0 : tree_path_.back();
+    const bool leaf = std::none_of(parents.begin(), parents.end(), [end](std::int32_t parent) {
+      return parent == static_cast<std::int32_t>(end);
+    });
+    if (logprobs_on_) {
+      // The emitted tokens: the path's, then next; each from its parent's row (the root's first).
+      emitted_.clear();
+      emitted_rows_.assign(1, 0);
+      for (const std::size_t node : tree_path_) {
+        emitted_.push_back(tokens[node]);
+        emitted_rows_.push_back(node);
+      }
+      emitted_.push_back(next);
+      logprobs_of(target, emitted_, emitted_rows_);
+    }
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return TreeVerdict{tree_path_, next, leaf,
+                       logprobs_on_ ? std::span<const sampling::TokenLogprob>(logprobs_)
+                                    : std::span<const sampling::TokenLogprob>()};
+  }
+
   double take_seconds() { return std::exchange(seconds_, 0.0); }
 
   /// The distributions of the last round: q (the draft rows kept; not written when greedy) and
@@ -289,13 +355,25 @@ class HostSampler {
   /// 0 .. n (the rows were checked by the verification).
   void emitted_logprobs(const LogitsView& target, std::span<const token_t> drafted,
                         const sampling::VerifyResult& verdict) {
+    emitted_.assign(drafted.begin(),
+                    drafted.begin() + static_cast<std::ptrdiff_t>(verdict.accepted));
+    emitted_.push_back(verdict.next);
+    emitted_rows_.resize(emitted_.size());
+    for (std::size_t r = 0; r < emitted_rows_.size(); ++r) emitted_rows_[r] = r;
+    logprobs_of(target, emitted_, emitted_rows_);
+  }
+
+  /// logprobs_ = the TokenLogprob of each emitted[i], from target row rows[i] (adjusted for the
+  /// i tokens before it: a chain's rows; a tree has no penalties).
+  void logprobs_of(const LogitsView& target, std::span<const token_t> emitted,
+                   std::span<const std::size_t> rows) {
     logprobs_.clear();
     work_.resize(vocab_);
     const sampling::SamplingParams& params =
         params_.greedy() ? sampling::SamplingParams{} : params_;  // greedy: the plain softmax
-    for (std::size_t r = 0; r <= verdict.accepted; ++r) {
-      const token_t token = r < verdict.accepted ? drafted[r] : verdict.next;
-      const std::span<const float> row = adjusted(target.row(r), r);
+    for (std::size_t r = 0; r < emitted.size(); ++r) {
+      const token_t token = emitted[r];
+      const std::span<const float> row = adjusted(target.row(rows[r]), r);
       const auto plan = sampling::ProcessedRow<float>::plan(
           row, params, sampling::detail::scan_logits(row.data(), row.size()).argmax,
           std::span<float>(work_));
@@ -367,6 +445,10 @@ class HostSampler {
   std::size_t top_n_ = 0;
   std::vector<sampling::TokenLogprob> logprobs_;  // [n + 1]: of the last verify's emitted tokens
   std::vector<float> top_buffer_;                 // scratch of the top-n selection
+  std::vector<token_t> emitted_;                  // [n + 1]: the tokens logprobs_ describe
+  std::vector<std::size_t> emitted_rows_;         // [n + 1]: the target row of each
+  std::vector<std::size_t> depth_;                // [tree nodes]: a tree's depths
+  std::vector<std::size_t> tree_path_;            // the accepted path of the last tree
   double seconds_ = 0;
 };
 
@@ -376,6 +458,7 @@ struct SamplerFor<Memory::host> {
 };
 
 static_assert(RoundSampler<HostSampler>);
+static_assert(TreeSampler<HostSampler>);
 static_assert(SteppedDraftSampler<HostSampler>);
 
 }  // namespace specdec

@@ -57,6 +57,11 @@ struct SpeculativeOptions {
   /// --draft-min; exactness is unaffected, any subset of rounds may skip its draft).
   std::size_t min_draft = 0;
   AdaptiveDraftLength::Options adaptive_options{};
+  /// Tree rounds: > 0 makes each round verify a token tree of at most this many proposed nodes
+  /// (the drafter's draft_tree, in one target forward_tree) instead of a chain of k tokens. Needs
+  /// a TreeDrafter (SuffixDrafter), a TreeCausalLM target (the CPU backend) and a sampler that
+  /// verifies trees (the host sampler); 0: chains.
+  std::size_t max_tree_nodes = 0;
 };
 
 namespace detail {
@@ -220,6 +225,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   const RoundRecord& step() {
     const TargetInput& input = propose();
     if constexpr (FusedVerifySampler<Sampler, Target>) {
+      static_assert(!kTreeCapable, "a fused device verification of trees is future work");
       // The device path: the target's forward and the verification run as one captured graph;
       // the wait for the round's outcome lands in verify_seconds.
       (void)input;
@@ -299,6 +305,18 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   /// of several sequences (BatchedRounds, decoder/batched.hpp) as it batches the target's.
   static constexpr bool kSteppedDraft = SteppedDrafter<DrafterType, Sampler>;
 
+  /// Whether this session can run tree rounds (SpeculativeOptions::max_tree_nodes): the drafter
+  /// proposes trees, the target scores them in one forward and the sampler verifies them.
+  static constexpr bool kTreeCapable =
+      TreeDrafter<DrafterType> && TreeCausalLM<Target> && TreeSampler<Sampler>;
+  /// Whether the current round verifies a tree (its target forward is forward_tree over
+  /// tree_tokens() / tree_parents(), which forward() runs).
+  [[nodiscard]] bool tree_round() const { return options_.max_tree_nodes > 0 && draft_.count > 0; }
+  /// The current tree round's target tree: node 0 the sequence's last token (parent -1), node i
+  /// the drafter's node i - 1.
+  [[nodiscard]] std::span<const token_t> tree_tokens() const { return tree_tokens_; }
+  [[nodiscard]] std::span<const std::int32_t> tree_parents() const { return tree_parents_; }
+
   /// Phase 1, first part: chooses k and begins the round. A drafter that does not draft in
   /// steps (n-gram lookup, a device sampler's model drafter) drafts here, at once.
   void begin_propose() {
@@ -335,6 +353,24 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
         const std::size_t from =
             config_.penalties.scope == sampling::PenaltyScope::completion ? completion_begin_ : 0;
         sampler_.set_history(std::span<const token_t>(sequence_).subspan(from));
+      }
+    }
+    if constexpr (kTreeCapable) {
+      if (options_.max_tree_nodes > 0) {
+        // A tree of at most max_tree_nodes nodes whose slots fit in the target's context (the
+        // tree's n + 1 nodes sit after the length - 1 cached positions), and no deeper than the
+        // budget can emit (a path of d nodes emits d + 1 tokens).
+        round_.draft_length = std::min(options_.max_tree_nodes, target_->context_length() - length);
+        double seconds = 0;
+        {
+          ScopedTimer timer(seconds);
+          const DraftTree& tree =
+              drafter.draft_tree(std::span<const token_t>(sequence_), round_.draft_length);
+          target_tree(tree, round_.draft_length, emitter_->remaining() - 1);
+        }
+        round_.draft_seconds = seconds;
+        draft_ = DraftResult{tree_tokens_.size() - 1, Proposal::point_mass, 0};
+        return;
       }
     }
     if constexpr (kSteppedDraft) {
@@ -397,7 +433,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
       throw Error(std::string(name_) + ": end_propose() after " + std::to_string(draft_step_) +
                   " of the draft's " + std::to_string(draft_steps_) + " steps");
     if (draft_.count < options_.min_draft) draft_.count = 0;  // too short to be worth a verify
-    input_ = sampler_.target_input(draft_.count);
+    input_ = tree_round() ? TargetInput{tree_tokens_, {}} : sampler_.target_input(draft_.count);
     phase_ = Phase::proposed;
     return input_;
   }
@@ -410,6 +446,9 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     if (phase_ != Phase::proposed)
       throw Error(std::string(name_) + ": accept() without a proposed round");
     round_.verify_seconds += forward_seconds;
+    if constexpr (kTreeCapable) {
+      if (tree_round()) return accept_tree(target_rows);
+    }
     RoundVerdict verdict;
     {
       ScopedTimer timer(round_.sampling_seconds);
@@ -419,8 +458,11 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     return finish_round(verdict);
   }
 
-  /// The target forward of phase 2 for a single sequence.
+  /// The target forward of phase 2 for a single sequence (forward_tree in a tree round).
   LogitsView forward(const TargetInput& input) {
+    if constexpr (kTreeCapable) {
+      if (tree_round()) return target_->forward_tree(tree_tokens_, tree_parents_);
+    }
     if constexpr (Sampler::memory == Memory::device) {
       return target_->forward(input.device);
     } else {
@@ -455,6 +497,15 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   }
 
   void validate(const SpeculativeOptions& options) const {
+    if (options.max_tree_nodes > 0 && !kTreeCapable)
+      throw Error(std::string(name_) +
+                  ": tree rounds (max_tree_nodes > 0) need a drafter that proposes trees "
+                  "(SuffixDrafter), a target that scores them (the CPU backend) and the host "
+                  "sampler");
+    if (options.max_tree_nodes > 0 && options.adaptive)
+      throw Error(std::string(name_) +
+                  ": tree rounds choose their size from max_tree_nodes; "
+                  "the adaptive draft length applies to chains");
     if (!options.adaptive && options.k == 0)
       throw Error(std::string(name_) + ": the draft length k must be >= 1");
     if (options.adaptive) (void)AdaptiveDraftLength(options.adaptive_options);  // validates
@@ -474,6 +525,11 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   /// Hands the request's penalties and log-probability settings to the sampler (a sampler
   /// without them refuses them).
   void configure_sampler(const GenerationConfig& config) {
+    if (options_.max_tree_nodes > 0 && config.penalties.active())
+      throw Error(std::string(name_) +
+                  ": repetition penalties and logit bias are not applied to token trees yet "
+                  "(each node would need its own path's history): use chain rounds "
+                  "(max_tree_nodes = 0) with penalties");
     if constexpr (PenaltySampler<Sampler>) {
       sampler_.set_penalties(config.penalties);
     } else if (config.penalties.active()) {
@@ -537,11 +593,59 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     }
   }
 
-  const RoundRecord& finish_round(const RoundVerdict& verdict) {
+  /// The target's tree for the drafter's `tree`: node 0 the sequence's last token, then the
+  /// drafter's nodes of depth < max_depth (at most max_nodes of them), parents renumbered.
+  void target_tree(const DraftTree& tree, std::size_t max_nodes, std::size_t max_depth) {
+    if (tree.parents.size() != tree.size())
+      throw Error(std::string(name_) + ": the drafter's tree has " + std::to_string(tree.size()) +
+                  " tokens but " + std::to_string(tree.parents.size()) + " parents");
+    tree_tokens_.assign(1, sequence_.back());
+    tree_parents_.assign(1, -1);
+    tree_depth_.assign(1, 0);
+    tree_index_.assign(tree.size(), -1);  // drafter node -> target node (-1: pruned)
+    for (std::size_t i = 0; i < tree.size() && tree_tokens_.size() <= max_nodes; ++i) {
+      const std::int32_t parent = tree.parents[i];
+      if (parent < -1 || parent >= static_cast<std::int64_t>(i))
+        throw Error(std::string(name_) + ": the drafter's node " + std::to_string(i) +
+                    " has parent " + std::to_string(parent) + " (must be -1 or an earlier node)");
+      const std::int32_t at = parent < 0 ? 0 : tree_index_[static_cast<std::size_t>(parent)];
+      if (at < 0) continue;  // under a pruned node
+      const std::size_t depth = tree_depth_[static_cast<std::size_t>(at)] + 1;
+      if (depth > max_depth) continue;
+      tree_index_[i] = static_cast<std::int32_t>(tree_tokens_.size());
+      tree_tokens_.push_back(tree.tokens[i]);
+      tree_parents_.push_back(at);
+      tree_depth_.push_back(depth);
+    }
+    detail::check_proposal(std::span<const token_t>(tree_tokens_).subspan(1),
+                           target_->vocab_size());
+  }
+
+  /// Phase 3 of a tree round: verification, the accepted path kept in the target's cache
+  /// (accept_path), emission.
+  const RoundRecord& accept_tree(const LogitsView& target_rows) {
+    TreeVerdict tree;
+    {
+      ScopedTimer timer(round_.sampling_seconds);
+      tree = sampler_.verify_tree(target_rows, tree_tokens_, tree_parents_, length_ - 1);
+    }
+    (void)sampler_.take_seconds();  // counted by the timer
+    tree_path_.assign(1, 0);
+    tree_path_.insert(tree_path_.end(), tree.path.begin(), tree.path.end());
+    target_->accept_path(tree_path_);
+    path_tokens_.clear();
+    for (const std::size_t node : tree.path) path_tokens_.push_back(tree_tokens_[node]);
+    RoundVerdict verdict{tree.path.size(), tree.next, path_tokens_, {}, {}, tree.logprobs};
+    return finish_round(verdict, &tree);
+  }
+
+  /// Bookkeeping and emission of a round; `tree`: a tree round's verdict (verdict.drafted then
+  /// holds the accepted path's tokens).
+  const RoundRecord& finish_round(const RoundVerdict& verdict, const TreeVerdict* tree = nullptr) {
     const std::size_t n = verdict.accepted;
     const std::size_t drafted = draft_.count;
     const std::size_t length = length_;
-    if (n > drafted || verdict.drafted.size() != drafted)
+    if (n > drafted || (tree == nullptr && verdict.drafted.size() != drafted))
       throw Error(std::string(name_) + ": the sampler accepted " + std::to_string(n) + " of " +
                   std::to_string(drafted) + " drafted tokens");
     auto& drafter = drafter_.get();
@@ -560,11 +664,23 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     stats.verify_seconds += round_.verify_seconds;
     stats.sampling_seconds += round_.sampling_seconds;
 
-    round_.drafted.assign(verdict.drafted.begin(), verdict.drafted.end());
     round_.accepted = n;
-    round_.rejected = n < drafted ? verdict.drafted[n] : -1;
     round_.next = verdict.next;
-    round_.bonus = n == drafted;
+    if (tree != nullptr) {
+      // The whole tree (the drafter's nodes that were verified) and the accepted nodes in it.
+      round_.drafted.assign(tree_tokens_.begin() + 1, tree_tokens_.end());
+      round_.tree_parents.clear();
+      for (std::size_t i = 1; i < tree_parents_.size(); ++i)
+        round_.tree_parents.push_back(tree_parents_[i] - 1);
+      round_.accepted_nodes.clear();
+      for (const std::size_t node : tree->path) round_.accepted_nodes.push_back(node - 1);
+      round_.rejected = -1;
+      round_.bonus = tree->leaf;
+    } else {
+      round_.drafted.assign(verdict.drafted.begin(), verdict.drafted.end());
+      round_.rejected = n < drafted ? verdict.drafted[n] : -1;
+      round_.bonus = n == drafted;
+    }
     round_.p_drafted.assign(verdict.p_drafted.begin(), verdict.p_drafted.end());
     round_.q_drafted.assign(verdict.q_drafted.begin(), verdict.q_drafted.end());
 
@@ -629,6 +745,14 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   std::size_t draft_steps_ = 0, draft_step_ = 0;  // stepped drafting: steps in all, done
   std::size_t draft_fed_ = 0;                     // tokens of the last draft_input()
   TargetInput input_;
+  // A tree round: the target's tree (node 0 the sequence's last token), each node's depth, the
+  // drafter's node -> target node map, the accepted path (with node 0) and its tokens.
+  std::vector<token_t> tree_tokens_;
+  std::vector<std::int32_t> tree_parents_;
+  std::vector<std::size_t> tree_depth_;
+  std::vector<std::int32_t> tree_index_;
+  std::vector<std::size_t> tree_path_;
+  std::vector<token_t> path_tokens_;
 };
 
 }  // namespace specdec

@@ -48,11 +48,16 @@ struct RoundRecord {
   std::size_t position = 0;      ///< sequence length (prompt + generated) when the round began
   std::size_t draft_length = 0;  ///< k asked of the drafter (after clamping to budget/context)
   std::vector<token_t> drafted;  ///< x_1..x_k' actually proposed (k' <= draft_length)
-  std::size_t accepted = 0;      ///< n: x_1..x_n accepted
-  token_t rejected = -1;         ///< x_(n+1) when n < k', else -1
-  token_t next = -1;             ///< y: residual (correction) or bonus token
-  bool bonus = false;            ///< n == k' (y came from the target's last row)
-  std::size_t emitted = 0;       ///< tokens of x_1..x_n, y actually emitted (a stop may cut)
+  /// A tree round (SpeculativeOptions::max_tree_nodes): `drafted` is the tree's nodes, node i
+  /// after node tree_parents[i] (-1: after the sequence's last token), and accepted_nodes the
+  /// path that was kept (`accepted` of them, root first). Empty for a chain.
+  std::vector<std::int32_t> tree_parents;
+  std::vector<std::size_t> accepted_nodes;
+  std::size_t accepted = 0;  ///< n: x_1..x_n accepted
+  token_t rejected = -1;     ///< x_(n+1) when n < k', else -1
+  token_t next = -1;         ///< y: residual (correction) or bonus token
+  bool bonus = false;        ///< n == k' (y came from the target's last row)
+  std::size_t emitted = 0;   ///< tokens of x_1..x_n, y actually emitted (a stop may cut)
   /// p(x_i) and q(x_i) of x_1..x_k' under the processed distributions: the two numbers the
   /// acceptance test min(1, p / q) compared (q = 1 for a point-mass drafter such as n-gram
   /// lookup). Empty when the sampler does not report them (the device sampler) or k' = 0.

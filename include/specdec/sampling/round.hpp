@@ -76,6 +76,24 @@ struct RoundVerdict {
   std::span<const sampling::TokenLogprob> logprobs{};
 };
 
+/// What a tree round's verification decided (TreeSampler below). The tree is the target's: node 0
+/// the sequence's last token, node i > 0 a proposed token after node parents[i].
+struct TreeVerdict {
+  std::span<const std::size_t> path;  ///< the accepted nodes after node 0, root first
+  token_t next = -1;                  ///< y: residual sample, or bonus token after a leaf
+  bool leaf = false;                  ///< the path ended at a node without children
+  /// With log-probabilities on: those of the path's tokens and y; else empty.
+  std::span<const sampling::TokenLogprob> logprobs{};
+};
+
+/// Capability: S verifies token trees of point-mass proposals (a TreeDrafter's) against the
+/// target's rows for the tree: s.verify_tree(rows, tokens, parents, position).
+template <class S>
+concept TreeSampler = requires(S& s, const LogitsView& rows, std::span<const token_t> tokens,
+                               std::span<const std::int32_t> parents, std::size_t position) {
+  { s.verify_tree(rows, tokens, parents, position) } -> std::same_as<TreeVerdict>;
+};
+
 /// A per-sequence sampler (see the top of this file). Positions name the sequence index of the
 /// token whose forward produced a row, for the errors (e.g. "target model: logits at position 37
 /// contain NaN (token 1234)"). Also required, per model type M the sampler drafts from:

@@ -1,0 +1,148 @@
+// Tree rounds of SpeculativeSession (SpeculativeOptions::max_tree_nodes) over the mock model:
+// greedy output equals target-only, the target sees one forward_tree and one accept_path per
+// round (the cache always the sequence minus its last token), the round records hold the tree
+// and the kept path, a token budget prunes the tree, and the combinations that cannot work are
+// refused by name. The law of sampled tree rounds: test_distribution.cpp.
+#include <string>
+#include <vector>
+
+#include "mock_lm.hpp"
+#include "specdec/decoder/autoregressive.hpp"
+#include "specdec/decoder/speculative.hpp"
+#include "specdec_test.hpp"
+
+using specdec::SpeculativeOptions;
+using specdec::token_t;
+using specdec::test::greedy;
+using specdec::test::Markov;
+using specdec::test::MockLM;
+
+namespace {
+
+/// A prompt whose runs repeat with variations: the suffix index has branching continuations.
+std::vector<token_t> repetitive_prompt() {
+  std::vector<token_t> p;
+  for (int r = 0; r < 6; ++r)
+    for (token_t t : {0, 1, 2, static_cast<token_t>(3 + r % 3), 1, 2}) p.push_back(t % 6);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "tree rounds: greedy output equals target-only, with one forward_tree and one "
+    "accept_path per round",
+    "[decoder][tree]") {
+  const Markov model(21);
+  const std::vector<token_t> prompt = repetitive_prompt();
+  MockLM baseline_target = model.lm(128);
+  const auto expected =
+      specdec::AutoregressiveDecoder(baseline_target).generate(prompt, greedy(40)).tokens;
+  REQUIRE(expected.size() == 40);
+
+  for (const std::size_t nodes : {1, 3, 8, 16}) {
+    INFO("trees of up to " << nodes << " nodes");
+    MockLM target = model.lm(128);
+    specdec::SuffixDrafter suffix({}, nullptr,
+                                  {.max_nodes = nodes, .min_score = 0.0f, .min_match = 1});
+    specdec::SpeculativeDecoder dec(suffix, target, SpeculativeOptions{.max_tree_nodes = nodes});
+    const specdec::GenerationResult r = dec.generate(prompt, greedy(40));
+    CHECK(r.tokens == expected);
+
+    bool branched = false;
+    std::size_t tree_rounds = 0, accepted = 0;
+    for (const specdec::RoundRecord& round : r.rounds) {
+      if (round.drafted.empty()) continue;
+      ++tree_rounds;
+      REQUIRE(round.tree_parents.size() == round.drafted.size());
+      REQUIRE(round.drafted.size() <= nodes);
+      REQUIRE(round.accepted_nodes.size() == round.accepted);
+      // The kept nodes are a chain from the root, and their tokens were emitted.
+      for (std::size_t j = 0; j < round.accepted_nodes.size(); ++j) {
+        const std::int32_t want =
+            j == 0 ? -1 : static_cast<std::int32_t>(round.accepted_nodes[j - 1]);
+        REQUIRE(round.tree_parents[round.accepted_nodes[j]] == want);
+      }
+      for (std::size_t i = 0; i < round.tree_parents.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+          branched = branched || (round.tree_parents[i] == round.tree_parents[j]);
+      accepted += round.accepted;
+    }
+    CHECK(tree_rounds > 0);
+    CHECK(accepted > 0);
+    if (nodes >= 8) CHECK(branched);
+    // Every round: one tree forward (the first node the sequence's last token), then its path
+    // kept; the cache holds the sequence minus its last token between rounds.
+    std::size_t trees = 0, accepts = 0;
+    for (const MockLM::Call& call : target.calls) {
+      trees += call.kind == MockLM::Call::tree;
+      accepts += call.kind == MockLM::Call::accept;
+    }
+    CHECK(trees == tree_rounds);
+    CHECK(accepts == tree_rounds);
+    std::vector<token_t> sequence = prompt;
+    sequence.insert(sequence.end(), r.tokens.begin(), r.tokens.end());
+    CHECK(target.cache.size() <= sequence.size());
+    CHECK(std::equal(target.cache.begin(), target.cache.end(), sequence.begin()));
+  }
+}
+
+TEST_CASE("tree rounds: the budget and the context prune the tree", "[decoder][tree]") {
+  const Markov model(22);
+  const std::vector<token_t> prompt = repetitive_prompt();
+  for (const std::size_t budget : {1, 2, 3, 5}) {
+    INFO("max_new_tokens " << budget);
+    MockLM baseline_target = model.lm(128);
+    const auto expected =
+        specdec::AutoregressiveDecoder(baseline_target).generate(prompt, greedy(budget)).tokens;
+    MockLM target = model.lm(128);
+    specdec::SuffixDrafter suffix({}, nullptr,
+                                  {.max_nodes = 16, .min_score = 0.0f, .min_match = 1});
+    specdec::SpeculativeDecoder dec(suffix, target, SpeculativeOptions{.max_tree_nodes = 16});
+    const specdec::GenerationResult r = dec.generate(prompt, greedy(budget));
+    CHECK(r.tokens == expected);
+    for (const specdec::RoundRecord& round : r.rounds) {
+      // No node deeper than the tokens the round may still emit minus one.
+      for (std::size_t i = 0; i < round.drafted.size(); ++i) {
+        std::size_t depth = 1;
+        for (std::int32_t a = round.tree_parents[i]; a >= 0;
+             a = round.tree_parents[static_cast<std::size_t>(a)])
+          ++depth;
+        CHECK(depth <= budget - 1);
+      }
+    }
+  }
+  // A context with room for the prompt and 3 more tokens: trees shrink to fit, output the same.
+  MockLM baseline_target = model.lm(prompt.size() + 3);
+  const auto expected =
+      specdec::AutoregressiveDecoder(baseline_target).generate(prompt, greedy(10)).tokens;
+  MockLM target = model.lm(prompt.size() + 3);
+  specdec::SuffixDrafter suffix({}, nullptr, {.max_nodes = 16, .min_score = 0.0f, .min_match = 1});
+  specdec::SpeculativeDecoder dec(suffix, target, SpeculativeOptions{.max_tree_nodes = 16});
+  CHECK(dec.generate(prompt, greedy(10)).tokens == expected);
+}
+
+TEST_CASE("tree rounds: what cannot work is refused by name", "[decoder][tree]") {
+  const Markov model(23);
+  MockLM target = model.lm();
+  specdec::NGramDrafter ngram;
+  CHECK_THROWS_WITH(
+      specdec::SpeculativeDecoder(ngram, target, SpeculativeOptions{.max_tree_nodes = 4}),
+      Catch::Matchers::Contains("need a drafter that proposes trees"));
+  specdec::SuffixDrafter suffix;
+  CHECK_THROWS_WITH(specdec::SpeculativeDecoder(
+                        suffix, target, SpeculativeOptions{.adaptive = true, .max_tree_nodes = 4}),
+                    Catch::Matchers::Contains("adaptive draft length applies to chains"));
+  specdec::SpeculativeDecoder dec(suffix, target, SpeculativeOptions{.max_tree_nodes = 4});
+  specdec::GenerationConfig cfg = greedy(4);
+  cfg.penalties.repeat = 1.2f;
+  CHECK_THROWS_WITH(dec.generate(std::vector<token_t>{1, 2, 3}, cfg),
+                    Catch::Matchers::Contains("not applied to token trees"));
+  // Chains with the same drafter (its best path) need no tree support from the target.
+  MockLM baseline_target = model.lm();
+  const std::vector<token_t> prompt = repetitive_prompt();
+  const auto expected =
+      specdec::AutoregressiveDecoder(baseline_target).generate(prompt, greedy(20)).tokens;
+  specdec::SpeculativeDecoder chains(suffix, target, SpeculativeOptions{.k = 4});
+  CHECK(chains.generate(prompt, greedy(20)).tokens == expected);
+}
