@@ -496,7 +496,8 @@ struct Decoder<LM>::Impl {
   std::variant<std::unique_ptr<OwnedSession<PlainSession<LM>>>,
                std::unique_ptr<OwnedSession<ModelSession<LM>>>,
                std::unique_ptr<OwnedSession<NGramSession<LM>>>,
-               std::unique_ptr<OwnedSession<LookupModelSession<LM>>>>
+               std::unique_ptr<OwnedSession<LookupModelSession<LM>>>,
+               std::unique_ptr<OwnedSession<SuffixSession<LM>>>>
       owned;
 
   /// f(session) with whichever session the setup made.

@@ -280,8 +280,12 @@ inline DecodeSetup decode_setup_of(const DecodeFlags& o, std::string_view comman
     throw UsageError(
         fmt::format("{}: --draft-min {} is more than --draft-max {}: no proposal would be verified",
                     command, o.draft_min, o.k));
-  if (o.baseline || (!o.draft && !o.ngram)) {
+  if (o.baseline || (!o.draft && !o.ngram && !o.suffix)) {
     setup.drafter = DecodeSetup::Drafter::none;
+  } else if (o.suffix) {
+    setup.drafter = DecodeSetup::Drafter::suffix;
+    setup.tree_nodes = o.tree_nodes;
+    setup.suffix_shape.min_score = o.suffix_min_prob;
   } else if (o.draft) {
     setup.drafter = DecodeSetup::Drafter::model;
   } else {

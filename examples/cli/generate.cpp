@@ -125,6 +125,10 @@ nlohmann::json rounds_json(const GenerationResult& result) {
     // them: the CUDA one).
     round["p"] = r.p_drafted;
     round["q"] = r.q_drafted;
+    if (!r.tree_parents.empty()) {  // a tree round (--suffix): the nodes' parents, the kept path
+      round["tree_parents"] = r.tree_parents;
+      round["accepted_nodes"] = r.accepted_nodes;
+    }
     rounds.push_back(std::move(round));
   }
   return rounds;
@@ -188,6 +192,10 @@ nlohmann::json settings_json(const GenerateOptions& o, const GeneratePlan& plan,
                              {"target", o.target}};
   if (setup.drafter == DecodeSetup::Drafter::model) settings["draft"] = *o.draft;
   if (setup.drafter == DecodeSetup::Drafter::ngram) settings["ngram"] = setup.ngram;
+  if (setup.drafter == DecodeSetup::Drafter::suffix) {
+    settings["suffix_min_prob"] = setup.suffix_shape.min_score;
+    settings["tree_nodes"] = setup.tree_nodes;
+  }
   if (speculative) {
     settings["k"] = o.adaptive ? nlohmann::json("adaptive") : nlohmann::json(o.k);
     if (o.adaptive) settings["max_k"] = setup.max_k;

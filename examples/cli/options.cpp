@@ -186,6 +186,22 @@ void add_decode_flags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagsHelp& help
                                "draft with prompt lookup: the longest recent n-gram match, n <= N")
                     ->check(CLI::Range(std::size_t{1}, std::size_t{64}));
   draft->excludes(ngram);
+  auto* suffix = cmd.add_flag(
+      "--suffix", f.suffix,
+      "draft with suffix decoding: the most frequent continuations of the longest suffix seen "
+      "before (in the prompt, the output and, in serve, earlier responses), verified as a tree");
+  suffix->excludes(draft);
+  suffix->excludes(ngram);
+  cmd.add_option("--tree-nodes", f.tree_nodes,
+                 "--suffix: nodes of each round's tree (the CPU backend scores them in one "
+                 "forward); 0: a chain of -k tokens (its best path)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{255}))
+      ->capture_default_str();
+  cmd.add_option("--suffix-min-prob", f.suffix_min_prob,
+                 "--suffix: leave out nodes whose estimated probability (the product of the "
+                 "continuation frequencies along the path) is below this")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
   cmd.add_flag("--baseline", f.baseline, help.baseline);
   cmd.add_option("-k,--draft-max,--draft-n,--spec-draft-n-max", f.k,
                  "tokens drafted per round (with --adaptive: the most per round)")

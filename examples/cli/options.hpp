@@ -126,13 +126,16 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f);
 
 // ------------------------------------------------------------------------ decoding
 
-/// How generate, chat and serve decode: the target, the drafter (-md DRAFT, --ngram N or
-/// --baseline) and the draft length (-k, --draft-min, --adaptive). The commands' option structs
+/// How generate, chat and serve decode: the target, the drafter (-md DRAFT, --ngram N, --suffix
+/// or --baseline) and the draft length (-k, --draft-min, --adaptive). The commands' option structs
 /// derive from it; common.hpp's decode_setup_of() turns it into a DecodeSetup.
 struct DecodeFlags {
   std::string target;
   std::optional<std::string> draft;
   std::optional<std::size_t> ngram;
+  bool suffix = false;           ///< --suffix: suffix decoding (SuffixDrafter)
+  std::size_t tree_nodes = 16;   ///< --tree-nodes: nodes per suffix tree (0: chains of -k)
+  float suffix_min_prob = 0.1f;  ///< --suffix-min-prob: a node's least estimated probability
   bool baseline = false;
   std::size_t k = 4;
   bool k_given = false;  ///< -k was given: with --adaptive it is the largest k

@@ -40,6 +40,8 @@ constexpr const char* kPageHead = R"html(<!DOCTYPE html>
   .acc { background: var(--acc-bg); color: var(--acc); border-color: #aceebb; }
   .rej { background: var(--rej-bg); color: var(--rej); text-decoration: line-through; border-color: #ffcecb; }
   .skip { color: var(--dim); border: 1px dashed var(--line); }
+  .tree { display: inline-block; vertical-align: middle; }
+  .tree .node { white-space: nowrap; }
   .cor { background: var(--cor-bg); color: var(--cor); border-color: #ffd8b5; font-weight: 600; }
   .bon { background: var(--bon-bg); color: var(--bon); border-color: #b6e3ff; font-weight: 600; }
   .step { background: #f6f8fa; color: #1f2328; border-color: var(--line); }
@@ -144,7 +146,26 @@ constexpr const char* kPageTail = R"html(</script>
                    el("td", "num", String(r.drafted.length))];
     const chips = el("td");
     const emitted = [];
-    r.drafted.forEach((t, j) => {
+    if (r.tree_parents) {
+      // A tree round: each node under its parent (indented by depth), the kept path accepted.
+      const depth = [];
+      const kept = new Set(r.accepted_nodes);
+      const tree = el("div", "tree");
+      r.drafted.forEach((t, j) => {
+        const parent = r.tree_parents[j];
+        depth[j] = parent < 0 ? 0 : depth[parent] + 1;
+        const line = el("div", "node");
+        line.style.marginLeft = (14 * depth[j]) + "px";
+        const c = chip(t, kept.has(j) ? "acc" : "skip");
+        c.title = "node " + j + (parent < 0 ? ", after the sequence" : ", after node " + parent) +
+                  (kept.has(j) ? " (accepted)" : "");
+        line.append(c);
+        tree.append(line);
+      });
+      r.accepted_nodes.forEach((j) => emitted.push([r.drafted[j], "acc"]));
+      chips.append(tree);
+    }
+    (r.tree_parents ? [] : r.drafted).forEach((t, j) => {
       const cls = j < r.accepted ? "acc" : (j === r.accepted ? "rej" : "skip");
       if (t.p === undefined || t.q === undefined) {
         chips.append(chip(t, cls));
@@ -235,15 +256,20 @@ nlohmann::json trace_data(const TraceInput& input) {
       if (j < r.q_drafted.size()) t["q"] = r.q_drafted[j];
       drafted.push_back(std::move(t));
     }
-    rounds.push_back({{"position", r.position},
-                      {"drafted", drafted},
-                      {"accepted", r.accepted},
-                      {"next", token_json(input.tokenizer, r.next)},
-                      {"bonus", r.bonus},
-                      {"emitted", r.emitted},
-                      {"draft_seconds", r.draft_seconds},
-                      {"verify_seconds", r.verify_seconds},
-                      {"sampling_seconds", r.sampling_seconds}});
+    nlohmann::json round = {{"position", r.position},
+                            {"drafted", drafted},
+                            {"accepted", r.accepted},
+                            {"next", token_json(input.tokenizer, r.next)},
+                            {"bonus", r.bonus},
+                            {"emitted", r.emitted},
+                            {"draft_seconds", r.draft_seconds},
+                            {"verify_seconds", r.verify_seconds},
+                            {"sampling_seconds", r.sampling_seconds}};
+    if (!r.tree_parents.empty()) {  // a tree round: the nodes' parents and the kept path
+      round["tree_parents"] = r.tree_parents;
+      round["accepted_nodes"] = r.accepted_nodes;
+    }
+    rounds.push_back(std::move(round));
   }
   data["rounds"] = std::move(rounds);
   if (!result.logprobs.empty()) data["logprobs"] = logprobs_json(input.tokenizer, result.logprobs);

@@ -93,6 +93,26 @@ TEST_CASE("the trace page is self-contained and holds every round", "[cli]") {
   }
 }
 
+TEST_CASE("tree rounds (--suffix): the page holds each round's tree and the kept path", "[cli]") {
+  const Traced t = traced_generation({"--suffix", "--tree-nodes", "8", "--temp", "0"});
+  const nlohmann::json data = embedded_data(t.html);
+  const auto& rounds = t.json["rounds"];
+  REQUIRE(data["rounds"].size() == rounds.size());
+  std::size_t trees = 0;
+  for (std::size_t i = 0; i < rounds.size(); ++i) {
+    INFO("round " << i);
+    const auto& page = data["rounds"][i];
+    if (rounds[i]["drafted"].empty()) continue;
+    ++trees;
+    REQUIRE(page["tree_parents"] == rounds[i]["tree_parents"]);
+    REQUIRE(page["accepted_nodes"] == rounds[i]["accepted_nodes"]);
+    REQUIRE(rounds[i]["tree_parents"].size() == rounds[i]["drafted"].size());
+    REQUIRE(rounds[i]["accepted_nodes"].size() == rounds[i]["accepted"].get<std::size_t>());
+    REQUIRE(rounds[i]["drafted"].size() <= 8);
+  }
+  CHECK(trees > 0);  // the verse repeats "the earth": the suffix index has continuations
+}
+
 TEST_CASE("p(x) and q(x) of each drafted token are the target's and the draft's probabilities",
           "[cli]") {
   const Traced t = traced_generation(
@@ -310,4 +330,37 @@ TEST_CASE("headless Chromium renders every round of the trace", "[cli][chromium]
   CHECK(count("<span class=\"pq\" data-p=\"") == drafted);
   CHECK(count("<span class=\"tok rej\">") == rejected + 1);
   CHECK(count("<span class=\"tok bon\">") == bonus + 1);
+}
+
+TEST_CASE("headless Chromium renders the trees of tree rounds", "[cli][chromium]") {
+  const std::string chromium = find_chromium();
+  if (chromium.empty()) {
+    WARN("SKIPPED: no chromium found (apt-get install chromium, or set SPECDEC_CHROMIUM)");
+    return;
+  }
+  const Traced t = traced_generation({"--suffix", "--tree-nodes", "8", "--temp", "0"});
+  const auto page = specdec::test::temp_path(".html");
+  std::ofstream(page) << t.html;
+  const auto profile = specdec::test::temp_path("-chromium");
+  const auto r = specdec::test::run_program(
+      "timeout", {"120", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                  "--user-data-dir=" + profile.string(), "--dump-dom", "file://" + page.string()});
+  std::filesystem::remove(page);
+  std::filesystem::remove_all(profile);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const std::string& dom = r.out;
+  const auto count = [&](const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = dom.find(what); at != std::string::npos; at = dom.find(what, at + 1)) ++n;
+    return n;
+  };
+  const auto& rounds = t.json["rounds"];
+  CHECK(dom.find("data-rendered=\"" + std::to_string(rounds.size()) + "\"") != std::string::npos);
+  // One line per tree node, and every generated token in the text once.
+  std::size_t nodes = 0;
+  for (const auto& round : rounds) nodes += round["drafted"].size();
+  CHECK(nodes > 0);
+  CHECK(count("<div class=\"node\"") == nodes);
+  CHECK(count("<span class=\"g ") == t.json["tokens"].size());
 }

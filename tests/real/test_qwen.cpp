@@ -371,6 +371,16 @@ TEST_CASE("qwen official Q4_K_M: every drafter's greedy output equals target-onl
     CHECK(with_lookup.generate(ids, cfg).tokens == expected);
     CHECK(with_both.generate(ids, cfg).tokens == expected);
     {
+      // Issue 21: suffix trees of up to 16 nodes, each scored by one forward_tree.
+      specdec::SuffixDrafter suffix;
+      specdec::SpeculativeDecoder with_trees(suffix, target,
+                                             specdec::SpeculativeOptions{.max_tree_nodes = 16});
+      const auto t = with_trees.generate(ids, cfg);
+      CHECK(t.tokens == expected);
+      std::cout << fmt::format("{}: suffix trees <= 16: {} rounds, {} of {} nodes accepted\n",
+                               domain, t.stats.rounds, t.stats.accepted, t.stats.drafted);
+    }
+    {
       // With llama.cpp-style penalties, a bias and log-probabilities: still token for token,
       // and the target's log-probabilities agree (verify rows against single-token rows).
       specdec::GenerationConfig penalised = cfg;

@@ -181,3 +181,50 @@ TEST_CASE("make_engine refuses a setup it cannot serve", "[serve][engine]") {
   CHECK_NOTHROW(
       serve::make_engine(mismatched, setup_of(DecodeSetup::Drafter::ngram), {1, 1, true}, metrics));
 }
+
+// Issue 21: suffix decoding in the server. Every slot's drafter also looks up an index of the
+// earlier responses of all slots (SharedSuffixIndex, locked), and each round verifies a token
+// tree. Greedy requests must give the target-only tokens whatever the other slots did and
+// whether the rounds are batched; a request repeating an earlier prompt is drafted from the
+// earlier response (its trees are accepted).
+TEST_CASE("the engine serves suffix trees, sharing earlier responses across slots",
+          "[serve][engine]") {
+  const Pair pair;
+  const bool batching = GENERATE(true, false);
+  DecodeSetup setup = setup_of(DecodeSetup::Drafter::suffix);
+  setup.tree_nodes = 6;
+  setup.suffix_shape.min_score = 0.0f;
+  INFO(setup.label() << (batching ? ", batched" : ", one round per slot"));
+  serve::Metrics metrics(3, 16);
+  const auto engine = serve::make_engine(pair.slot_models(), setup, {3, 16, batching}, metrics);
+  std::vector<Request> reqs = requests(6);
+  for (Request& r : reqs) {
+    r.config.sampling.temperature = 0.0f;
+    r.config.max_new_tokens = 24;
+  }
+  const auto run_all = [&](const std::vector<Request>& batch) {
+    std::vector<std::shared_ptr<serve::Job>> jobs;
+    for (const Request& r : batch) {
+      jobs.push_back(std::make_shared<serve::Job>(r.prompt, r.config));
+      REQUIRE(engine->submit(jobs.back()) == serve::Engine::Admission::accepted);
+    }
+    for (auto& job : jobs) job->wait_finished();
+    return jobs;
+  };
+  const auto first = run_all(reqs);
+  const auto second = run_all(reqs);  // the same requests again: their responses are indexed
+  std::size_t accepted_first = 0, accepted_second = 0;
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    INFO("request " << i);
+    const auto want = alone(pair, setup_of(DecodeSetup::Drafter::none), reqs[i]);
+    REQUIRE(first[i]->error().empty());
+    REQUIRE(second[i]->error().empty());
+    CHECK(first[i]->result().tokens == want);
+    CHECK(second[i]->result().tokens == want);
+    accepted_first += first[i]->result().stats.accepted;
+    accepted_second += second[i]->result().stats.accepted;
+  }
+  CHECK(accepted_second > accepted_first);
+  engine->drain();
+  engine->join();
+}

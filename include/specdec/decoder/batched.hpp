@@ -110,7 +110,23 @@ class BatchedRounds {
     std::vector<std::span<const token_t>> inputs;
     step_.clear();
     for_each_live(sessions, report, [&](Session& s, std::size_t i) {
-      inputs.push_back(s.end_propose().host);
+      const TargetInput& input = s.end_propose();
+      if constexpr (Session::kTreeCapable) {
+        if (s.tree_round()) {
+          // A tree round: its own forward_tree, then accept() (batching trees is future work).
+          double seconds = 0;
+          LogitsView rows;
+          {
+            ScopedTimer timer(seconds);
+            rows = s.forward(input);
+          }
+          report.verify_seconds += seconds;
+          report.target_tokens += input.size();
+          (void)s.accept(rows, seconds);
+          return;
+        }
+      }
+      inputs.push_back(input.host);
       targets.push_back(&s.target());
       step_.push_back(i);
     });

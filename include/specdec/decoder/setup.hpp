@@ -39,6 +39,7 @@ struct DecodeSetup {
     model,         ///< a draft model (ModelDrafter)
     ngram,         ///< n-gram lookup in the sequence (NGramDrafter)
     lookup_model,  ///< n-gram lookup, the draft model when it finds nothing
+    suffix,        ///< suffix decoding: frequent continuations as trees (SuffixDrafter)
   };
   Drafter drafter = Drafter::none;
   std::size_t k = 4;          ///< draft length (fixed), or the largest with adaptive
@@ -52,6 +53,13 @@ struct DecodeSetup {
   /// Adaptive k: C(k) for k = 0 .. max_k, measured (cost_model.hpp); empty: the guessed cost.
   std::vector<double> round_cost{};
   std::size_t draft_min = 0;  ///< proposals shorter than this are not verified (--draft-min)
+  /// Suffix drafter: trees of at most this many nodes per round (0: chains of k, its best path).
+  std::size_t tree_nodes = 16;
+  TreeShape suffix_shape{};             ///< suffix drafter: min_score, min_match (max_nodes: above)
+  SuffixIndex::Options suffix_index{};  ///< suffix drafter: window depth, memory bound
+  /// Suffix drafter: an index of earlier responses that every session shares (a server's), or
+  /// null. Not owned; must outlive the sessions.
+  const SharedSuffixIndex* shared_suffix = nullptr;
 
   /// Whether the setup drafts with a draft model (model, lookup_model).
   [[nodiscard]] bool uses_draft_model() const {
@@ -74,6 +82,8 @@ struct DecodeSetup {
       case Drafter::lookup_model:
         return "n-gram (n=" + std::to_string(ngram_min) + ".." + std::to_string(ngram) + ") + " +
                model + " " + k_text;
+      case Drafter::suffix:
+        return tree_nodes > 0 ? "suffix trees<=" + std::to_string(tree_nodes) : "suffix " + k_text;
     }
     return "?";
   }
@@ -84,6 +94,7 @@ struct DecodeSetup {
     options.k = k;
     options.adaptive = adaptive;
     options.min_draft = draft_min;
+    if (drafter == Drafter::suffix) options.max_tree_nodes = tree_nodes;
     if (adaptive) {
       options.adaptive_options.min_k = std::max<std::size_t>(1, draft_min);
       options.adaptive_options.max_k = std::max(max_k, options.adaptive_options.min_k);
@@ -98,6 +109,13 @@ struct DecodeSetup {
     options.min_ngram = ngram_min;
     return options;
   }
+
+  /// The suffix drafter's proposal shape (at most tree_nodes nodes per tree).
+  [[nodiscard]] TreeShape tree_shape() const {
+    TreeShape shape = suffix_shape;
+    if (tree_nodes > 0) shape.max_nodes = tree_nodes;
+    return shape;
+  }
 };
 
 /// The session type of each drafter kind over models of type LM (a draft model, where there is
@@ -110,6 +128,8 @@ template <class LM>
 using NGramSession = SpeculativeSession<NGramDrafter, LM>;
 template <class LM>
 using LookupModelSession = SpeculativeSession<LookupThenModelDrafter<LM>, LM>;
+template <class LM>
+using SuffixSession = SpeculativeSession<SuffixDrafter, LM>;
 
 /// Calls f(std::type_identity<Session>{}) with the session type of `drafter` over LM.
 template <class LM, class F>
@@ -121,6 +141,8 @@ decltype(auto) with_session_type(DecodeSetup::Drafter drafter, F&& f) {
       return f(std::type_identity<NGramSession<LM>>{});
     case DecodeSetup::Drafter::lookup_model:
       return f(std::type_identity<LookupModelSession<LM>>{});
+    case DecodeSetup::Drafter::suffix:
+      return f(std::type_identity<SuffixSession<LM>>{});
     case DecodeSetup::Drafter::none:
       break;
   }
@@ -157,6 +179,10 @@ class OwnedSession<SpeculativeSession<Draft, Target>> {
                                     models.tokenizer, models.draft_tokenizer, name);
     } else if constexpr (std::is_same_v<Draft, NGramDrafter>) {
       drafter_.emplace(setup.ngram_options());
+      session_ = std::make_unique<Session>(*drafter_, *models.target, setup.speculative_options(),
+                                           models.tokenizer, nullptr, name);
+    } else if constexpr (std::is_same_v<Draft, SuffixDrafter>) {
+      drafter_.emplace(setup.suffix_index, setup.shared_suffix, setup.tree_shape());
       session_ = std::make_unique<Session>(*drafter_, *models.target, setup.speculative_options(),
                                            models.tokenizer, nullptr, name);
     } else {

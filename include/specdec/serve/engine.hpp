@@ -192,7 +192,13 @@ class EngineOf final : public Engine {
   EngineOf(const SlotModels<LM>& models, const DecodeSetup& setup, const Options& options,
            Metrics& metrics)
       : options_(options), metrics_(metrics), slots_(options.slots) {
-    for (SlotType& slot : slots_) make_slot(slot, models, setup);
+    DecodeSetup slot_setup = setup;
+    if (setup.drafter == DecodeSetup::Drafter::suffix) {
+      // Suffix decoding: every slot's drafter also looks up the earlier responses of all slots.
+      shared_suffix_ = std::make_unique<SharedSuffixIndex>(setup.suffix_index);
+      slot_setup.shared_suffix = shared_suffix_.get();
+    }
+    for (SlotType& slot : slots_) make_slot(slot, models, slot_setup);
     thread_ = std::thread([this] { run(); });
   }
   ~EngineOf() override {
@@ -369,6 +375,7 @@ class EngineOf final : public Engine {
   // idle (the other order raced: tests saw 11 of 12 requests counted, and 1 of 2 slots idle).
   void conclude(SlotType& slot, GenerationResult result) {
     const std::shared_ptr<Job> job = slot.job;
+    if (shared_suffix_) shared_suffix_->add(result.tokens);  // for the next requests' drafts
     record(*job, &result);
     free_slot(&slot);
     job->finish(std::move(result));
@@ -420,6 +427,9 @@ class EngineOf final : public Engine {
 
   Options options_;
   Metrics& metrics_;
+  /// Suffix decoding: the index of earlier responses the slots' drafters share (before slots_:
+  /// it outlives them).
+  std::unique_ptr<SharedSuffixIndex> shared_suffix_;
   std::vector<SlotType> slots_;
   /// Host logits: the slots' rounds batched (BatchedRounds); device logits: a round per slot.
   static constexpr bool kBatched = Session::Sampler::memory == Memory::host;
