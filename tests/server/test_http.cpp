@@ -278,8 +278,12 @@ TEST_CASE("a half-closed client gets its answer, and pipelined requests are answ
     c.shutdown_write();  // "that is all I will send"
     const std::string reply = c.read_all();
     // The watcher saw the FIN and probed with an interim 100 Continue (taken: the socket is only
-    // half-closed), then the answer came.
-    CHECK(statuses(reply) == std::vector<int>{100, 200});
+    // half-closed), then the answer came. On a loaded machine (ctest -j2 beside other server
+    // tests) the watcher's 50 ms poll may come only after the answer was written, so the probe
+    // is not required; what is required is the whole answer, not a cancelled request.
+    const std::vector<int> got = statuses(reply);
+    CHECK((got == std::vector<int>{100, 200} || got == std::vector<int>{200}));
+    if (got.size() == 1) WARN("the answer came before the watcher looked: the probe was not seen");
     const json answer = json::parse(reply.substr(reply.find("\r\n\r\n{") + 4));
     CHECK(answer["choices"][0]["text"] == reference.json["choices"][0]["text"]);
   }

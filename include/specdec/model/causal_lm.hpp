@@ -84,9 +84,9 @@ concept CausalLM = requires(M& m, const M& cm, std::span<const token_t> t, std::
 ///    bitwise what forward() of that path would give; cached() does not move;
 ///  - accept_path(path) then keeps one root-to-node path, as if forward() had appended it.
 template <class M>
-concept TreeCausalLM = CausalLM<M> && requires(M& m, std::span<const token_t> t,
-                                               std::span<const std::int32_t> parents,
-                                               std::span<const std::size_t> path) {
+concept TreeCausalLM = CausalLM<M> &&
+    requires(M& m, std::span<const token_t> t, std::span<const std::int32_t> parents,
+             std::span<const std::size_t> path) {
   { m.forward_tree(t, parents) } -> std::same_as<LogitsView>;
   m.accept_path(path);
 };
