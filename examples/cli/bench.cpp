@@ -54,6 +54,9 @@ struct BenchOptions {
   std::optional<std::size_t> ngram;
   std::size_t ngram_min = 1;
   bool lookup_draft = false;
+  bool suffix = false;
+  std::vector<std::size_t> tree_nodes{16};
+  float suffix_min_prob = 0.1f;
   std::vector<std::size_t> draft_heads{0};
   std::optional<std::string> prompts;
   std::optional<std::string> prompt_file;
@@ -140,10 +143,10 @@ void run_bench(BenchOptions o) {
   if (!o.target) {
     demo_dir = find_models_dir(o.models_dir);
     o.target = (*demo_dir / kDemoTarget).string();
-    if (!o.draft && !o.ngram) o.draft = (*demo_dir / kDemoDraft).string();
+    if (!o.draft && !o.ngram && !o.suffix) o.draft = (*demo_dir / kDemoDraft).string();
   }
-  if (!o.draft && !o.ngram)
-    throw Error("bench: give --draft MODEL and/or --ngram N (the drafters to compare)");
+  if (!o.draft && !o.ngram && !o.suffix)
+    throw Error("bench: give --draft MODEL, --ngram N and/or --suffix (the drafters to compare)");
   std::vector<EvalPrompt> prompts;
   std::string prompt_source;
   if (o.prompt_file) {
@@ -272,9 +275,12 @@ Measurement measure(const BenchOptions& o, Backend backend, const std::vector<Ev
 
   // The cost model: T(1) .. T(max k + 1) of the target and a step of each draft, measured now.
   // (the largest k of a run: adaptive k goes up to DecodeSetup::max_k; at most the context allows)
+  // (and a suffix tree of N nodes is a forward of N + 1 tokens)
+  const std::size_t max_tree =
+      o.suffix ? *std::max_element(o.tree_nodes.begin(), o.tree_nodes.end()) : std::size_t{0};
   const std::size_t max_k = m.max_k =
-      std::min(std::max(o.adaptive ? DecodeSetup{}.max_k : std::size_t{1},
-                        *std::max_element(o.ks.begin(), o.ks.end())),
+      std::min(std::max({o.adaptive ? DecodeSetup{}.max_k : std::size_t{1},
+                         *std::max_element(o.ks.begin(), o.ks.end()), max_tree}),
                target.lm->context_length() - 1);
   m.target_times = measure_forward_times(*target.lm, static_cast<LM*>(nullptr), max_k);
   std::map<std::size_t, double>& draft_step = m.draft_step;
@@ -310,6 +316,20 @@ Measurement measure(const BenchOptions& o, Backend backend, const std::vector<Ev
     setup.drafter = DecodeSetup::Drafter::ngram;
     setup.draft_head = 0;
     add_setups(setup, 0.0);
+  }
+  if (o.suffix) {
+    // Suffix decoding: trees of each --tree-nodes size (0: chains of each k, the best path).
+    setup.drafter = DecodeSetup::Drafter::suffix;
+    setup.draft_head = 0;
+    setup.suffix_shape.min_score = o.suffix_min_prob;
+    for (const std::size_t nodes : o.tree_nodes) {
+      setup.tree_nodes = nodes;
+      setup.round_cost = nodes > 0 ? m.costs_of(0.0) : std::vector<double>{};  // T(n + 1) / T(1)
+      if (nodes > 0)
+        setups.push_back(setup);
+      else
+        add_setups(setup, 0.0);
+    }
   }
   if (o.lookup_draft && draft) {
     // Lookup needs a suffix of at least 2 tokens here, else the model is hardly ever asked.
@@ -417,10 +437,11 @@ nlohmann::json results_json(const BenchOptions& o, const Measurement& m) {
             {"temperature", as_typed(o.temperatures[ti])},
             {"domain", domain},
             {"config", s.label()},
-            {"drafter", s.drafter == DecodeSetup::Drafter::none    ? "none"
-                        : s.drafter == DecodeSetup::Drafter::model ? "model"
-                        : s.drafter == DecodeSetup::Drafter::ngram ? "ngram"
-                                                                   : "ngram+model"},
+            {"drafter", s.drafter == DecodeSetup::Drafter::none     ? "none"
+                        : s.drafter == DecodeSetup::Drafter::model  ? "model"
+                        : s.drafter == DecodeSetup::Drafter::ngram  ? "ngram"
+                        : s.drafter == DecodeSetup::Drafter::suffix ? "suffix"
+                                                                    : "ngram+model"},
             {"draft_head", s.draft_head},
             {"k", s.drafter == DecodeSetup::Drafter::none ? nlohmann::json(nullptr)
                   : s.adaptive                            ? nlohmann::json("adaptive")
@@ -451,6 +472,10 @@ nlohmann::json results_json(const BenchOptions& o, const Measurement& m) {
             {"tokens_per_second_runs", tps},
             {"speedup_runs", speedups}};
         if (s.drafter == DecodeSetup::Drafter::ngram) row["ngram"] = s.ngram;
+        if (s.drafter == DecodeSetup::Drafter::suffix) {
+          row["tree_nodes"] = s.tree_nodes;
+          if (s.tree_nodes > 0) row["k"] = nullptr;  // a tree round drafts up to tree_nodes
+        }
         results.push_back(std::move(row));
       }
 
@@ -573,6 +598,18 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--lookup-draft", o->lookup_draft,
                 "also benchmark n-gram lookup with the draft model when it finds nothing (needs "
                 "--ngram and --draft; suffixes of at least 2 tokens)");
+  cmd->add_flag("--suffix", o->suffix,
+                "also benchmark suffix decoding (trees of --tree-nodes; no draft model)");
+  cmd->add_option("--tree-nodes", o->tree_nodes,
+                  "--suffix: tree sizes to run, e.g. 0,8,16 (0: chains of each -k)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(CLI::Range(std::size_t{0}, std::size_t{255}))
+      ->capture_default_str();
+  cmd->add_option("--suffix-min-prob", o->suffix_min_prob,
+                  "--suffix: leave out tree nodes of lower estimated probability")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
   cmd->add_option("--draft-head", o->draft_heads,
                   "draft output heads to run, e.g. 0,32768: the head restricted to the first N "
                   "token ids (the others get probability 0; still exact), 0 = the whole head")

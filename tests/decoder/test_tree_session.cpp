@@ -146,3 +146,36 @@ TEST_CASE("tree rounds: what cannot work is refused by name", "[decoder][tree]")
   specdec::SpeculativeDecoder chains(suffix, target, SpeculativeOptions{.k = 4});
   CHECK(chains.generate(prompt, greedy(20)).tokens == expected);
 }
+
+TEST_CASE("tree rounds: the cost model keeps the nodes that pay for themselves",
+          "[decoder][tree]") {
+  const Markov model(24);
+  const std::vector<token_t> prompt = repetitive_prompt();
+  MockLM baseline_target = model.lm(128);
+  const auto expected =
+      specdec::AutoregressiveDecoder(baseline_target).generate(prompt, greedy(30)).tokens;
+  const specdec::TreeShape shape{.max_nodes = 8, .min_score = 0.0f, .min_match = 1};
+  const auto run = [&](const SpeculativeOptions& options) {
+    MockLM target = model.lm(128);
+    specdec::SuffixDrafter suffix({}, nullptr, shape);
+    specdec::SpeculativeDecoder dec(suffix, target, options);
+    const specdec::GenerationResult r = dec.generate(prompt, greedy(30));
+    CHECK(r.tokens == expected);
+    std::size_t most = 0;
+    for (const auto& round : r.rounds) most = std::max(most, round.drafted.size());
+    return most;
+  };
+  // (Named options, not temporaries in the calls: GCC 12 at -O3 reports a false
+  // maybe-uninitialized for the temporaries' vectors.)
+  SpeculativeOptions options;
+  options.max_tree_nodes = 8;
+  // Free nodes: every node the drafter proposes is verified (trees of 8).
+  options.tree_cost.assign(9, 1.0);
+  CHECK(run(options) == 8);
+  // Nodes that cost a whole step each can never pay (a score is at most 1): no tree at all.
+  for (std::size_t n = 0; n < options.tree_cost.size(); ++n)
+    options.tree_cost[n] = 1.0 + 1.01 * static_cast<double>(n);
+  CHECK(run(options) == 0);
+  options.tree_cost = {1.0, 0.0};
+  CHECK_THROWS_WITH(run(options), Catch::Matchers::Contains("must be a positive cost"));
+}

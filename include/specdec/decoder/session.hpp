@@ -62,6 +62,14 @@ struct SpeculativeOptions {
   /// a TreeDrafter (SuffixDrafter), a TreeCausalLM target (the CPU backend) and a sampler that
   /// verifies trees (the host sampler); 0: chains.
   std::size_t max_tree_nodes = 0;
+  /// Tree rounds: C(n) = T(n + 1) / T(1), the cost of a target forward over a tree of n nodes
+  /// (and the sequence's last token) in target steps, n = 0 .. max_tree_nodes (measured:
+  /// cost_model.hpp's round_costs with no draft step). Each round keeps the best-first prefix of
+  /// the drafter's nodes that maximises (1 + the sum of their scores) / C(n): the scores estimate
+  /// the probability that a node's path is accepted, so that is the expected tokens of the round
+  /// per unit of cost. Empty: the guess C(n) = 1 + tree_node_cost * n.
+  std::vector<double> tree_cost{};
+  double tree_node_cost = 0.15;  ///< the guess's cost of one more node, in target steps
 };
 
 namespace detail {
@@ -502,6 +510,12 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
                   ": tree rounds (max_tree_nodes > 0) need a drafter that proposes trees "
                   "(SuffixDrafter), a target that scores them (the CPU backend) and the host "
                   "sampler");
+    for (const double c : options.tree_cost)
+      if (!(c > 0) || c > 1e9)
+        throw Error(std::string(name_) + ": tree_cost holds " + std::to_string(c) +
+                    ": each C(n) must be a positive cost in target steps");
+    if (!(options.tree_node_cost >= 0) || options.tree_node_cost > 1e9)
+      throw Error(std::string(name_) + ": tree_node_cost must be >= 0");
     if (options.max_tree_nodes > 0 && options.adaptive)
       throw Error(std::string(name_) +
                   ": tree rounds choose their size from max_tree_nodes; "
@@ -602,6 +616,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     tree_tokens_.assign(1, sequence_.back());
     tree_parents_.assign(1, -1);
     tree_depth_.assign(1, 0);
+    tree_score_.assign(1, 1.0);
     tree_index_.assign(tree.size(), -1);  // drafter node -> target node (-1: pruned)
     for (std::size_t i = 0; i < tree.size() && tree_tokens_.size() <= max_nodes; ++i) {
       const std::int32_t parent = tree.parents[i];
@@ -616,7 +631,25 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
       tree_tokens_.push_back(tree.tokens[i]);
       tree_parents_.push_back(at);
       tree_depth_.push_back(depth);
+      tree_score_.push_back(i < tree.scores.size() ? tree.scores[i] : 1.0);
     }
+    // The cost model: keep the first n nodes (a prefix keeps every node's parent) for the n that
+    // maximises the expected tokens per unit of cost, (1 + sum of scores) / C(n).
+    std::size_t best = 0;
+    double best_rate = 0, expected = 1;
+    for (std::size_t n = 0; n < tree_tokens_.size(); ++n) {
+      if (n > 0) expected += tree_score_[n];
+      const double cost = n < options_.tree_cost.size()
+                              ? options_.tree_cost[n]
+                              : 1.0 + options_.tree_node_cost * static_cast<double>(n);
+      if (expected / cost > best_rate) {
+        best_rate = expected / cost;
+        best = n;
+      }
+    }
+    tree_tokens_.resize(best + 1);
+    tree_parents_.resize(best + 1);
+    tree_depth_.resize(best + 1);
     detail::check_proposal(std::span<const token_t>(tree_tokens_).subspan(1),
                            target_->vocab_size());
   }
@@ -750,6 +783,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   std::vector<token_t> tree_tokens_;
   std::vector<std::int32_t> tree_parents_;
   std::vector<std::size_t> tree_depth_;
+  std::vector<double> tree_score_;
   std::vector<std::int32_t> tree_index_;
   std::vector<std::size_t> tree_path_;
   std::vector<token_t> path_tokens_;

@@ -51,6 +51,7 @@ struct DecodeSetup {
   /// with it (cpu::Options::head_tokens); here it only labels the setup.
   std::size_t draft_head = 0;
   /// Adaptive k: C(k) for k = 0 .. max_k, measured (cost_model.hpp); empty: the guessed cost.
+  /// Suffix trees: C(n) for trees of n = 0 .. tree_nodes nodes (SpeculativeOptions::tree_cost).
   std::vector<double> round_cost{};
   std::size_t draft_min = 0;  ///< proposals shorter than this are not verified (--draft-min)
   /// Suffix drafter: trees of at most this many nodes per round (0: chains of k, its best path).
@@ -94,7 +95,10 @@ struct DecodeSetup {
     options.k = k;
     options.adaptive = adaptive;
     options.min_draft = draft_min;
-    if (drafter == Drafter::suffix) options.max_tree_nodes = tree_nodes;
+    if (drafter == Drafter::suffix) {
+      options.max_tree_nodes = tree_nodes;
+      if (tree_nodes > 0 && round_cost.size() > tree_nodes) options.tree_cost = round_cost;
+    }
     if (adaptive) {
       options.adaptive_options.min_k = std::max<std::size_t>(1, draft_min);
       options.adaptive_options.max_k = std::max(max_k, options.adaptive_options.min_k);

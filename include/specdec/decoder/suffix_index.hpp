@@ -59,7 +59,7 @@ class SuffixIndex {
  public:
   struct Options {
     std::size_t max_depth = 24;       ///< longest window indexed (match + continuation)
-    std::size_t max_nodes = 1 << 22;  ///< trie nodes at most (about 40 bytes each)
+    std::size_t max_nodes = 1 << 20;  ///< trie nodes at most (about 64 bytes each, map included)
   };
 
   SuffixIndex() : SuffixIndex(Options{}) {}
