@@ -64,19 +64,21 @@ TEST_CASE("suffix index: counts, longest matches and continuations equal brute f
     }
     for (int trial = 0; trial < 100; ++trial) {
       const Text context = random_text(rng, 20, 4);
-      for (const std::size_t min_match : {1, 2, 3}) {
-        const SuffixIndex::Match m = index.longest_match(context, min_match);
-        // Brute force: the longest suffix (< max_depth) with a continuation.
-        std::size_t want = 0;
-        for (std::size_t len = std::min(context.size(), max_depth - 1); len >= min_match; --len) {
-          const Text suffix(context.end() - static_cast<std::ptrdiff_t>(len), context.end());
-          if (!brute_next(texts, suffix, max_depth).empty()) {
-            want = len;
-            break;
+      for (const std::size_t min_match : {1, 2, 3})
+        for (const std::size_t max_match : {std::size_t{4}, SuffixIndex::kNoLimit}) {
+          const SuffixIndex::Match m = index.longest_match(context, min_match, max_match);
+          // Brute force: the longest suffix (< max_depth, <= max_match) with a continuation.
+          std::size_t want = 0;
+          for (std::size_t len = std::min({context.size(), max_depth - 1, max_match});
+               len >= min_match; --len) {
+            const Text suffix(context.end() - static_cast<std::ptrdiff_t>(len), context.end());
+            if (!brute_next(texts, suffix, max_depth).empty()) {
+              want = len;
+              break;
+            }
           }
+          REQUIRE(m.length == want);
         }
-        REQUIRE(m.length == want);
-      }
     }
   }
 }
@@ -90,7 +92,7 @@ TEST_CASE("suffix index: the proposal is the best-first tree of empirical freque
   for (int trial = 0; trial < 50; ++trial) {
     const Text context = random_text(rng, 8, 5);
     const specdec::TreeShape shape{.max_nodes = 12, .min_score = 0.02f, .min_match = 2};
-    const SuffixIndex::Match m = index.longest_match(context, shape.min_match);
+    const SuffixIndex::Match m = index.longest_match(context, shape.min_match, shape.max_match);
     const DraftTree tree = index.propose(context, shape);
     REQUIRE(tree.tokens.size() == tree.parents.size());
     REQUIRE(tree.scores.size() == tree.size());

@@ -341,7 +341,7 @@ class SuffixDrafter {
   /// update(sequence), then the tree of the longer match.
   Lookup propose(std::span<const token_t> sequence, const TreeShape& shape) {
     update(sequence);
-    const SuffixIndex::Match m = local_.longest_match(sequence, shape.min_match);
+    const SuffixIndex::Match m = local_.longest_match(sequence, shape.min_match, shape.max_match);
     Lookup out{local_.propose_from(m, shape), m.length, false};
     if (shared_ != nullptr) {
       SharedSuffixIndex::Lookup s = shared_->propose(sequence, shape);

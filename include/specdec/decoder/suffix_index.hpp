@@ -48,15 +48,22 @@ struct DraftTree {
 };
 
 /// How a proposal is shaped: at most max_nodes nodes, each with a score of at least min_score,
-/// chosen best-first by score from the longest match of at least min_match tokens.
+/// chosen best-first by score from the longest match of min_match .. max_match tokens. The match
+/// and its continuation share the index's window (max_depth tokens): a longer match leaves a
+/// shallower tree, so the match is capped (a match of 23 tokens in a window of 24 would leave one
+/// token to propose).
 struct TreeShape {
   std::size_t max_nodes = 16;
   float min_score = 0.1f;
   std::size_t min_match = 2;
+  std::size_t max_match = 8;
 };
 
 class SuffixIndex {
  public:
+  /// longest_match() without an upper bound on the match.
+  static constexpr std::size_t kNoLimit = std::numeric_limits<std::size_t>::max();
+
   struct Options {
     std::size_t max_depth = 24;       ///< longest window indexed (match + continuation)
     std::size_t max_nodes = 1 << 20;  ///< trie nodes at most (about 64 bytes each, map included)
@@ -93,14 +100,16 @@ class SuffixIndex {
     for (const token_t t : text) append(cursor, t);
   }
 
-  /// The longest suffix of `context` (at most max_depth - 1 tokens, at least min_match) that the
-  /// index holds with a continuation: its node and length; length 0 when there is none.
+  /// The longest suffix of `context` (at most max_match and max_depth - 1 tokens, at least
+  /// min_match) that the index holds with a continuation: its node and length; length 0 when
+  /// there is none.
   struct Match {
     std::uint32_t node = 0;
     std::size_t length = 0;
   };
-  [[nodiscard]] Match longest_match(std::span<const token_t> context, std::size_t min_match) const {
-    const std::size_t longest = std::min(context.size(), options_.max_depth - 1);
+  [[nodiscard]] Match longest_match(std::span<const token_t> context, std::size_t min_match,
+                                    std::size_t max_match = kNoLimit) const {
+    const std::size_t longest = std::min({context.size(), options_.max_depth - 1, max_match});
     for (std::size_t m = longest; m >= std::max<std::size_t>(min_match, 1); --m) {
       std::uint32_t at = 0;
       for (std::size_t i = context.size() - m; i < context.size() && at != kNone; ++i)
@@ -115,7 +124,7 @@ class SuffixIndex {
   /// child's score is its parent's times count(child) / (sum of the counts of its siblings);
   /// ties go to the earlier-indexed child. Deterministic.
   [[nodiscard]] DraftTree propose(std::span<const token_t> context, const TreeShape& shape) const {
-    return propose_from(longest_match(context, shape.min_match), shape);
+    return propose_from(longest_match(context, shape.min_match, shape.max_match), shape);
   }
   [[nodiscard]] DraftTree propose_from(const Match& match, const TreeShape& shape) const {
     DraftTree tree;
@@ -237,7 +246,7 @@ class SharedSuffixIndex {
   };
   [[nodiscard]] Lookup propose(std::span<const token_t> context, const TreeShape& shape) const {
     const std::shared_lock lock(mutex_);
-    const SuffixIndex::Match m = index_.longest_match(context, shape.min_match);
+    const SuffixIndex::Match m = index_.longest_match(context, shape.min_match, shape.max_match);
     return {index_.propose_from(m, shape), m.length};
   }
 
