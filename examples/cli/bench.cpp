@@ -55,6 +55,7 @@ struct BenchOptions {
   std::size_t ngram_min = 1;
   bool lookup_draft = false;
   bool suffix = false;
+  bool draft_trees = false;
   std::vector<std::size_t> tree_nodes{16};
   float suffix_min_prob = 0.1f;
   std::vector<std::size_t> draft_heads{0};
@@ -276,8 +277,9 @@ Measurement measure(const BenchOptions& o, Backend backend, const std::vector<Ev
   // The cost model: T(1) .. T(max k + 1) of the target and a step of each draft, measured now.
   // (the largest k of a run: adaptive k goes up to DecodeSetup::max_k; at most the context allows)
   // (and a suffix tree of N nodes is a forward of N + 1 tokens)
-  const std::size_t max_tree =
-      o.suffix ? *std::max_element(o.tree_nodes.begin(), o.tree_nodes.end()) : std::size_t{0};
+  const std::size_t max_tree = o.suffix || o.draft_trees
+                                   ? *std::max_element(o.tree_nodes.begin(), o.tree_nodes.end())
+                                   : std::size_t{0};
   const std::size_t max_k = m.max_k =
       std::min(std::max({o.adaptive ? DecodeSetup{}.max_k : std::size_t{1},
                          *std::max_element(o.ks.begin(), o.ks.end()), max_tree}),
@@ -330,6 +332,18 @@ Measurement measure(const BenchOptions& o, Backend backend, const std::vector<Ev
       else
         add_setups(setup, 0.0);
     }
+  }
+  if (o.draft_trees && draft) {
+    // The draft model's trees of each --tree-nodes size (0: the chains above).
+    setup.drafter = DecodeSetup::Drafter::model_tree;
+    for (const std::size_t n : o.draft_heads)
+      for (const std::size_t nodes : o.tree_nodes) {
+        if (nodes == 0) continue;
+        setup.draft_head = n;
+        setup.tree_nodes = nodes;
+        setup.round_cost = m.costs_of(0.0);  // the target's T(n + 1) / T(1)
+        setups.push_back(setup);
+      }
   }
   if (o.lookup_draft && draft) {
     // Lookup needs a suffix of at least 2 tokens here, else the model is hardly ever asked.
@@ -437,11 +451,12 @@ nlohmann::json results_json(const BenchOptions& o, const Measurement& m) {
             {"temperature", as_typed(o.temperatures[ti])},
             {"domain", domain},
             {"config", s.label()},
-            {"drafter", s.drafter == DecodeSetup::Drafter::none     ? "none"
-                        : s.drafter == DecodeSetup::Drafter::model  ? "model"
-                        : s.drafter == DecodeSetup::Drafter::ngram  ? "ngram"
-                        : s.drafter == DecodeSetup::Drafter::suffix ? "suffix"
-                                                                    : "ngram+model"},
+            {"drafter", s.drafter == DecodeSetup::Drafter::none         ? "none"
+                        : s.drafter == DecodeSetup::Drafter::model      ? "model"
+                        : s.drafter == DecodeSetup::Drafter::ngram      ? "ngram"
+                        : s.drafter == DecodeSetup::Drafter::suffix     ? "suffix"
+                        : s.drafter == DecodeSetup::Drafter::model_tree ? "model trees"
+                                                                        : "ngram+model"},
             {"draft_head", s.draft_head},
             {"k", s.drafter == DecodeSetup::Drafter::none ? nlohmann::json(nullptr)
                   : s.adaptive                            ? nlohmann::json("adaptive")
@@ -472,7 +487,8 @@ nlohmann::json results_json(const BenchOptions& o, const Measurement& m) {
             {"tokens_per_second_runs", tps},
             {"speedup_runs", speedups}};
         if (s.drafter == DecodeSetup::Drafter::ngram) row["ngram"] = s.ngram;
-        if (s.drafter == DecodeSetup::Drafter::suffix) {
+        if (s.drafter == DecodeSetup::Drafter::suffix ||
+            s.drafter == DecodeSetup::Drafter::model_tree) {
           row["tree_nodes"] = s.tree_nodes;
           if (s.tree_nodes > 0) row["k"] = nullptr;  // a tree round drafts up to tree_nodes
         }
@@ -600,8 +616,11 @@ void add_bench(CLI::App& app) {
                 "--ngram and --draft; suffixes of at least 2 tokens)");
   cmd->add_flag("--suffix", o->suffix,
                 "also benchmark suffix decoding (trees of --tree-nodes; no draft model)");
+  cmd->add_flag("--draft-trees", o->draft_trees,
+                "also benchmark the draft model's token trees of each --tree-nodes size");
   cmd->add_option("--tree-nodes", o->tree_nodes,
-                  "--suffix: tree sizes to run, e.g. 0,8,16 (0: chains of each -k)")
+                  "--suffix, --draft-trees: tree sizes to run, e.g. 0,8,16 (0: chains of each "
+                  "-k)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(CLI::Range(std::size_t{0}, std::size_t{255}))

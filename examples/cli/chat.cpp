@@ -120,7 +120,7 @@ void chat_on(const ChatOptions& o, Backend backend, const DecodeSetup& setup,
   Model<LM> target = open_model<LM>(o.target, "target");
   check_penalties(o.sampling.penalties(), target.file);
   std::optional<Model<LM>> draft;
-  if (setup.drafter == DecodeSetup::Drafter::model) draft = open_model<LM>(*o.draft, "draft");
+  if (setup.uses_draft_model()) draft = open_model<LM>(*o.draft, "draft");
   const ChatFormat format = chat_format(target.file, o.chat);  // before the caches are allocated
   {
     std::vector<Model<LM>*> models = {&target};

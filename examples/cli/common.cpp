@@ -491,14 +491,29 @@ void check_penalties(const sampling::Penalties& penalties, const LoadedModel& ta
 // ------------------------------------------------------------------------ decoding
 
 /// The decoder of the setup: a session of one of the four types (the library's make_session).
+/// The sessions a decoder may hold over LM: one per drafter kind, and draft model trees where
+/// LM scores token trees (the CPU backend).
+template <class LM>
+struct SessionVariant {
+  using type = std::variant<std::unique_ptr<OwnedSession<PlainSession<LM>>>,
+                            std::unique_ptr<OwnedSession<ModelSession<LM>>>,
+                            std::unique_ptr<OwnedSession<NGramSession<LM>>>,
+                            std::unique_ptr<OwnedSession<LookupModelSession<LM>>>,
+                            std::unique_ptr<OwnedSession<SuffixSession<LM>>>>;
+};
+template <TreeCausalLM LM>
+struct SessionVariant<LM> {
+  using type = std::variant<std::unique_ptr<OwnedSession<PlainSession<LM>>>,
+                            std::unique_ptr<OwnedSession<ModelSession<LM>>>,
+                            std::unique_ptr<OwnedSession<NGramSession<LM>>>,
+                            std::unique_ptr<OwnedSession<LookupModelSession<LM>>>,
+                            std::unique_ptr<OwnedSession<SuffixSession<LM>>>,
+                            std::unique_ptr<OwnedSession<ModelTreeSession<LM>>>>;
+};
+
 template <class LM>
 struct Decoder<LM>::Impl {
-  std::variant<std::unique_ptr<OwnedSession<PlainSession<LM>>>,
-               std::unique_ptr<OwnedSession<ModelSession<LM>>>,
-               std::unique_ptr<OwnedSession<NGramSession<LM>>>,
-               std::unique_ptr<OwnedSession<LookupModelSession<LM>>>,
-               std::unique_ptr<OwnedSession<SuffixSession<LM>>>>
-      owned;
+  typename SessionVariant<LM>::type owned;
 
   /// f(session) with whichever session the setup made.
   template <class F>

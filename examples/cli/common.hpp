@@ -280,8 +280,15 @@ inline DecodeSetup decode_setup_of(const DecodeFlags& o, std::string_view comman
     throw UsageError(
         fmt::format("{}: --draft-min {} is more than --draft-max {}: no proposal would be verified",
                     command, o.draft_min, o.k));
+  if (o.tree_nodes_given && !o.baseline && !o.suffix && !o.draft)
+    throw UsageError(fmt::format(
+        "{}: --tree-nodes applies to --suffix and to a draft model (-md), not to --ngram",
+        command));
   if (o.baseline || (!o.draft && !o.ngram && !o.suffix)) {
     setup.drafter = DecodeSetup::Drafter::none;
+  } else if (o.draft && o.tree_nodes_given && o.tree_nodes > 0) {
+    setup.drafter = DecodeSetup::Drafter::model_tree;
+    setup.tree_nodes = o.tree_nodes;
   } else if (o.suffix) {
     setup.drafter = DecodeSetup::Drafter::suffix;
     setup.tree_nodes = o.tree_nodes;

@@ -190,7 +190,7 @@ nlohmann::json settings_json(const GenerateOptions& o, const GeneratePlan& plan,
                              {"decoder", setup.label()},
                              {"backend", backend_name(plan.backend)},
                              {"target", o.target}};
-  if (setup.drafter == DecodeSetup::Drafter::model) settings["draft"] = *o.draft;
+  if (setup.uses_draft_model()) settings["draft"] = *o.draft;
   if (setup.drafter == DecodeSetup::Drafter::ngram) settings["ngram"] = setup.ngram;
   if (setup.drafter == DecodeSetup::Drafter::suffix) {
     settings["suffix_min_prob"] = setup.suffix_shape.min_score;
@@ -263,7 +263,7 @@ void generate_on(const GenerateOptions& o, const GeneratePlan& plan,
   Model<LM> target = open_model<LM>(o.target, "target");
   check_penalties(o.sampling.penalties(), target.file);
   std::optional<Model<LM>> draft;
-  if (setup.drafter == DecodeSetup::Drafter::model) draft = open_model<LM>(*o.draft, "draft");
+  if (setup.uses_draft_model()) draft = open_model<LM>(*o.draft, "draft");
   // With --chat the template is checked before the models take their memory.
   std::optional<ChatFormat> chat;
   if (o.chat) chat = chat_format(target.file, o.chat_flags);

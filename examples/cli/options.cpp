@@ -193,10 +193,12 @@ void add_decode_flags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagsHelp& help
   suffix->excludes(draft);
   suffix->excludes(ngram);
   cmd.add_option("--tree-nodes", f.tree_nodes,
-                 "--suffix: nodes of each round's tree (the CPU backend scores them in one "
-                 "forward); 0: a chain of -k tokens (its best path)")
+                 "tree speculation: nodes of each round's token tree, scored in one target "
+                 "forward (the CPU backend). With --suffix (default 16; 0: a chain of -k "
+                 "tokens), or with -md: the draft model's trees instead of chains")
       ->check(CLI::Range(std::size_t{0}, std::size_t{255}))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([&f](const std::string&) { f.tree_nodes_given = true; });
   cmd.add_option("--suffix-min-prob", f.suffix_min_prob,
                  "--suffix: leave out nodes whose estimated probability (the product of the "
                  "continuation frequencies along the path) is below this")

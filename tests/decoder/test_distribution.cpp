@@ -229,6 +229,18 @@ TEST_CASE("speculative sampling has the target's law (first 3 tokens, V = 4)", "
         return dec.generate(prompt, sampling_config(setting.params, seed)).tokens;
       });
     }
+    SECTION(std::string("draft model trees of up to 5 nodes, ") + setting.name) {
+      check_law(law, [&](std::uint64_t seed) {
+        MockLM target = target_model.lm();
+        MockLM draft = draft_model.lm();
+        specdec::ModelTreeDrafter<MockLM> trees(draft, {.branch = 2, .expand = 2, .max_depth = 3});
+        SpeculativeOptions options;
+        options.max_tree_nodes = 5;
+        options.tree_cost.assign(6, 1.0);  // every node verified
+        specdec::SpeculativeDecoder dec(trees, target, options);
+        return dec.generate(prompt, sampling_config(setting.params, seed)).tokens;
+      });
+    }
     for (const std::size_t k : {1, 2, 3}) {
       SECTION(std::string("draft model, k = ") + std::to_string(k) + ", " + setting.name) {
         check_law(law, [&](std::uint64_t seed) {

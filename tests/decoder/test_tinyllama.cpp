@@ -181,6 +181,19 @@ TEST_CASE("tinyllama: greedy speculative == greedy target-only, adaptive k and n
       return dec.generate(prompt, greedy());
     });
   }
+  // Issue 21: the draft model's trees (branches of its two most likely tokens).
+  for (const std::size_t nodes : {4, 12}) {
+    DYNAMIC_SECTION("draft model trees of up to " << nodes << " nodes") {
+      const std::string name = "draft model trees of " + std::to_string(nodes);
+      check_equivalence(name.c_str(), [&](const std::vector<token_t>& prompt) {
+        specdec::ModelTreeDrafter<specdec::cpu::Transformer> trees(*draft);
+        SpeculativeOptions options;
+        options.max_tree_nodes = nodes;
+        specdec::SpeculativeDecoder dec(trees, *target, options);
+        return dec.generate(prompt, greedy());
+      });
+    }
+  }
   // Issue 21: tree rounds. The target scores each suffix tree in one forward_tree (every node's
   // row bitwise its path's), so greedy tree speculation emits exactly the target-only tokens.
   for (const std::size_t nodes : {1, 4, 16}) {

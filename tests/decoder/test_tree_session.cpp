@@ -179,3 +179,44 @@ TEST_CASE("tree rounds: the cost model keeps the nodes that pay for themselves",
   options.tree_cost = {1.0, 0.0};
   CHECK_THROWS_WITH(run(options), Catch::Matchers::Contains("must be a positive cost"));
 }
+
+TEST_CASE(
+    "draft model trees: greedy output equals target-only, the trees branch and are kept "
+    "in part",
+    "[decoder][tree]") {
+  const Markov target_model(31);
+  const std::vector<token_t> prompt{1, 2, 3, 4, 5};
+  MockLM baseline_target = target_model.lm(128);
+  const auto expected =
+      specdec::AutoregressiveDecoder(baseline_target).generate(prompt, greedy(40)).tokens;
+  // The draft: the target itself (its top token is the target's greedy one) and another model.
+  for (const std::uint32_t draft_seed : {31u, 32u}) {
+    const Markov draft_model(draft_seed);
+    for (const std::size_t nodes : {1, 4, 12}) {
+      INFO("draft seed " << draft_seed << ", trees of up to " << nodes);
+      MockLM target = target_model.lm(128);
+      MockLM draft = draft_model.lm(128);
+      specdec::ModelTreeDrafter<MockLM> trees(draft, {.branch = 2, .expand = 3, .max_depth = 4});
+      SpeculativeOptions options;
+      options.max_tree_nodes = nodes;
+      options.tree_cost.assign(nodes + 1, 1.0);  // free nodes: every proposed node verified
+      specdec::SpeculativeDecoder dec(trees, target, options);
+      const specdec::GenerationResult r = dec.generate(prompt, greedy(40));
+      CHECK(r.tokens == expected);
+      bool branched = false;
+      for (const auto& round : r.rounds) {
+        REQUIRE(round.drafted.size() <= nodes);
+        for (std::size_t i = 0; i < round.tree_parents.size(); ++i)
+          for (std::size_t j = 0; j < i; ++j)
+            branched = branched || round.tree_parents[i] == round.tree_parents[j];
+      }
+      if (nodes >= 4) CHECK(branched);
+      if (draft_seed == 31) CHECK(r.stats.accepted > 0);
+      // The draft's cache never runs past the sequence.
+      std::vector<token_t> sequence = prompt;
+      sequence.insert(sequence.end(), r.tokens.begin(), r.tokens.end());
+      CHECK(draft.cache.size() <= sequence.size());
+      CHECK(std::equal(draft.cache.begin(), draft.cache.end(), sequence.begin()));
+    }
+  }
+}

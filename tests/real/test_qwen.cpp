@@ -379,6 +379,14 @@ TEST_CASE("qwen official Q4_K_M: every drafter's greedy output equals target-onl
       CHECK(t.tokens == expected);
       std::cout << fmt::format("{}: suffix trees <= 16: {} rounds, {} of {} nodes accepted\n",
                                domain, t.stats.rounds, t.stats.accepted, t.stats.drafted);
+      // The draft model's trees (head 32768), up to 8 nodes.
+      specdec::ModelTreeDrafter<specdec::cpu::Transformer> trees(draft_head);
+      specdec::SpeculativeDecoder with_draft_trees(
+          trees, target, specdec::SpeculativeOptions{.max_tree_nodes = 8});
+      const auto d = with_draft_trees.generate(ids, cfg);
+      CHECK(d.tokens == expected);
+      std::cout << fmt::format("{}: draft trees <= 8: {} rounds, {} of {} nodes accepted\n", domain,
+                               d.stats.rounds, d.stats.accepted, d.stats.drafted);
     }
     {
       // With llama.cpp-style penalties, a bias and log-probabilities: still token for token,

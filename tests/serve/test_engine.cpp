@@ -87,8 +87,9 @@ DecodeSetup setup_of(DecodeSetup::Drafter drafter) {
 TEST_CASE("the engine serves every drafter kind with the tokens of a session alone",
           "[serve][engine]") {
   const Pair pair;
-  const auto drafter = GENERATE(DecodeSetup::Drafter::none, DecodeSetup::Drafter::model,
-                                DecodeSetup::Drafter::ngram, DecodeSetup::Drafter::lookup_model);
+  const auto drafter =
+      GENERATE(DecodeSetup::Drafter::none, DecodeSetup::Drafter::model, DecodeSetup::Drafter::ngram,
+               DecodeSetup::Drafter::lookup_model, DecodeSetup::Drafter::model_tree);
   const bool batching = GENERATE(true, false);
   const DecodeSetup setup = setup_of(drafter);
   INFO(setup.label() << (batching ? ", batched" : ", one round per slot"));

@@ -24,9 +24,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -265,6 +267,46 @@ class NGramDrafter {
 
 // ------------------------------------------------------------------------ SuffixDrafter
 
+namespace detail {
+
+/// The `count` most likely tokens of a row of logits (highest first, the lower id on ties) and
+/// their softmax probabilities (temperature 1). A NaN or infinite logit throws, naming `who`.
+inline void top_tokens(std::span<const float> row, std::size_t count, std::string_view who,
+                       std::size_t position, std::vector<std::pair<token_t, float>>& out) {
+  out.clear();
+  float max = -std::numeric_limits<float>::infinity();
+  for (std::size_t j = 0; j < row.size(); ++j) {
+    if (!std::isfinite(row[j])) throw_bad_logit(who, position, j, row[j]);
+    max = std::max(max, row[j]);
+  }
+  double total = 0;
+  for (const float x : row) total += std::exp(static_cast<double>(x - max));
+  // A small sorted list: row.size() x count comparisons at most (count is a few).
+  for (std::size_t j = 0; j < row.size(); ++j) {
+    if (out.size() == count && row[j] <= out.back().second) continue;
+    auto at = std::find_if(out.begin(), out.end(),
+                           [&](const std::pair<token_t, float>& o) { return row[j] > o.second; });
+    out.insert(at, {static_cast<token_t>(j), row[j]});
+    if (out.size() > count) out.pop_back();
+  }
+  for (auto& [token, value] : out)
+    value = static_cast<float>(std::exp(static_cast<double>(value - max)) / total);
+}
+
+/// The best path of a best-first tree (at each level the first child found: the highest scored),
+/// at most k tokens.
+inline void best_path(const DraftTree& tree, std::size_t k, std::vector<token_t>& out) {
+  out.clear();
+  std::int32_t at = -1;
+  for (std::size_t i = 0; i < tree.size() && out.size() < k; ++i)
+    if (tree.parents[i] == at) {
+      out.push_back(tree.tokens[i]);
+      at = static_cast<std::int32_t>(i);
+    }
+}
+
+}  // namespace detail
+
 /// Capability: D proposes token trees of point masses (DraftTree: deterministic continuations,
 /// several per node), which a session verifies in one target forward when the target is a
 /// TreeCausalLM (model/causal_lm.hpp) and the sampler verifies trees.
@@ -304,14 +346,7 @@ class SuffixDrafter {
   /// target that verifies chains only.
   template <RoundSampler S>
   DraftResult draft(std::span<const token_t> sequence, std::size_t k, S& sampler) {
-    const DraftTree& tree = draft_tree(sequence, std::max<std::size_t>(k, 1) * 4);
-    chain_.clear();
-    std::int32_t at = -1;
-    for (std::size_t i = 0; i < tree.size() && chain_.size() < k; ++i)
-      if (tree.parents[i] == at) {  // best-first: the first child found scores highest
-        chain_.push_back(tree.tokens[i]);
-        at = static_cast<std::int32_t>(i);
-      }
+    detail::best_path(draft_tree(sequence, std::max<std::size_t>(k, 1) * 4), k, chain_);
     sampler.propose(std::span<const token_t>(chain_));
     return DraftResult{chain_.size(), Proposal::point_mass, 0};
   }
@@ -366,6 +401,153 @@ class SuffixDrafter {
 };
 
 static_assert(TreeDrafter<SuffixDrafter>);
+
+// ------------------------------------------------------------------------ ModelTreeDrafter
+
+/// A draft model proposing token trees (the dynamic trees of EAGLE-2, without its feature head):
+/// the draft's distribution at an expanded node gives its `branch` most likely tokens as children,
+/// each scored by its path's probability under the draft (the product of the draft's
+/// probabilities along the path: the stand-in for the chance that the target accepts it). Each
+/// level expands the `expand` best-scored nodes of the level before (those above min_score),
+/// for at most max_depth levels. The children are chosen, not sampled: point masses, which the
+/// tree verifier accepts exactly at any temperature (docs/math.md 3.6). The nodes go out
+/// best-first, so the session's cost model can keep the prefix that pays.
+///
+/// Bookkeeping: as with ModelDrafter, the draft model's cache holds a prefix of the sequence. A
+/// round feeds what it has not consumed (ending with the sequence's last token, whose row is the
+/// root's distribution), then one forward_tree per level over the tree so far: forward_tree keeps
+/// no tree in the cache, so each level scores the earlier nodes again, which costs little next to
+/// streaming the weights once. After a round the cache holds the whole sequence.
+template <TreeCausalLM M>
+class ModelTreeDrafter {
+ public:
+  struct Options {
+    std::size_t branch = 2;     ///< children of an expanded node: its most likely tokens
+    std::size_t expand = 4;     ///< nodes expanded per level, the best scored
+    std::size_t max_depth = 6;  ///< levels at most
+    float min_score = 0.01f;    ///< nodes below this path probability are not expanded
+  };
+
+  explicit ModelTreeDrafter(M& model) : ModelTreeDrafter(model, Options{}) {}
+  ModelTreeDrafter(M& model, const Options& options) : model_(&model), options_(options) {
+    if (options_.branch == 0 || options_.expand == 0 || options_.max_depth == 0)
+      throw Error("ModelTreeDrafter: branch, expand and max_depth must be at least 1");
+  }
+
+  [[nodiscard]] std::size_t vocab_size() const { return model_->vocab_size(); }
+  /// The model holds the whole sequence, then the tree's nodes.
+  [[nodiscard]] std::size_t max_draft(std::size_t sequence_length) const {
+    const std::size_t ctx = model_->context_length();
+    return sequence_length < ctx ? ctx - sequence_length : 0;
+  }
+  void start(std::span<const token_t> prompt) {
+    model_->rollback(0);
+    extend(prompt);
+  }
+  /// Prefills what the model does not hold of the sequence minus its last token.
+  void extend(std::span<const token_t> sequence) {
+    const std::size_t cached = model_->cached();
+    const std::size_t n =
+        std::min(sequence.empty() ? 0 : sequence.size() - 1, model_->context_length());
+    if (n <= cached) return;
+    const LogitsView logits = model_->forward(sequence.subspan(cached, n - cached));
+    detail::check_logits(logits, n - cached, vocab_size(), "draft model (prefill)",
+                         logits_memory_v<M>);
+  }
+  void keep(std::size_t n) {
+    if (model_->cached() > n) model_->rollback(n);
+  }
+
+  /// This round's tree: at most max_nodes nodes, best-first.
+  const DraftTree& draft_tree(std::span<const token_t> sequence, std::size_t max_nodes) {
+    tree_ = DraftTree{};
+    forwards_ = 0;
+    const std::size_t length = sequence.size();
+    max_nodes = std::min(max_nodes, max_draft(length));
+    if (max_nodes == 0 || length == 0) return tree_;
+    if (model_->cached() >= length) model_->rollback(length - 1);
+    // Nodes in creation order: token, parent (-1: after the sequence), score, level.
+    std::vector<token_t> tokens;
+    std::vector<std::int32_t> parents;
+    std::vector<float> scores;
+    std::vector<std::size_t> level_of;
+    const std::size_t budget = std::min(max_draft(length), 4 * max_nodes);  // nodes created
+    const auto add_children = [&](std::span<const float> row, std::int32_t parent, float score,
+                                  std::size_t level, std::size_t position) {
+      detail::top_tokens(row, options_.branch, "draft model", position, top_);
+      for (const auto& [token, p] : top_) {
+        if (tokens.size() == budget) return;
+        tokens.push_back(token);
+        parents.push_back(parent);
+        scores.push_back(score * p);
+        level_of.push_back(level);
+      }
+    };
+    {
+      const std::span<const token_t> feed = sequence.subspan(model_->cached());
+      const LogitsView rows = model_->forward(feed);
+      ++forwards_;
+      detail::check_logits(rows, feed.size(), vocab_size(), "draft model", logits_memory_v<M>);
+      add_children(rows.row(rows.rows - 1), -1, 1.0f, 1, length - 1);
+    }
+    for (std::size_t level = 1; level < options_.max_depth && tokens.size() < budget; ++level) {
+      // The best-scored nodes of this level (the lower index on ties), above min_score.
+      std::vector<std::size_t> frontier;
+      for (std::size_t i = 0; i < tokens.size(); ++i)
+        if (level_of[i] == level && scores[i] >= options_.min_score) frontier.push_back(i);
+      if (frontier.empty()) break;
+      std::stable_sort(frontier.begin(), frontier.end(),
+                       [&](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
+      if (frontier.size() > options_.expand) frontier.resize(options_.expand);
+      const LogitsView rows = model_->forward_tree(tokens, parents);
+      ++forwards_;
+      detail::check_logits(rows, tokens.size(), vocab_size(), "draft model", logits_memory_v<M>);
+      for (const std::size_t i : frontier)
+        add_children(rows.row(i), static_cast<std::int32_t>(i), scores[i], level + 1,
+                     length + level - 1);
+    }
+    // Best-first: the score, higher first, then creation order (a child never scores above its
+    // parent and comes after it, so every parent precedes its children).
+    std::vector<std::size_t> order(tokens.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
+    if (order.size() > max_nodes) order.resize(max_nodes);
+    std::vector<std::int32_t> renumbered(tokens.size(), -1);
+    for (const std::size_t i : order) {
+      const std::int32_t parent =
+          parents[i] < 0 ? -1 : renumbered[static_cast<std::size_t>(parents[i])];
+      if (parents[i] >= 0 && parent < 0) continue;  // its parent was cut: so is it
+      renumbered[i] = static_cast<std::int32_t>(tree_.size());
+      tree_.tokens.push_back(tokens[i]);
+      tree_.parents.push_back(parent);
+      tree_.scores.push_back(scores[i]);
+    }
+    return tree_;
+  }
+
+  /// The tree's best path as a chain of at most k point masses, for a target that verifies
+  /// chains only.
+  template <RoundSampler S>
+  DraftResult draft(std::span<const token_t> sequence, std::size_t k, S& sampler) {
+    detail::best_path(draft_tree(sequence, std::max<std::size_t>(k, 1) * 4), k, chain_);
+    sampler.propose(std::span<const token_t>(chain_));
+    return DraftResult{chain_.size(), Proposal::point_mass, forwards_};
+  }
+
+  /// Draft model forwards of the last draft_tree().
+  [[nodiscard]] std::size_t forward_passes() const noexcept { return forwards_; }
+  [[nodiscard]] M& model() { return *model_; }
+  [[nodiscard]] const Options& options() const noexcept { return options_; }
+
+ private:
+  M* model_;
+  Options options_;
+  DraftTree tree_;
+  std::vector<token_t> chain_;
+  std::vector<std::pair<token_t, float>> top_;
+  std::size_t forwards_ = 0;
+};
 
 // ------------------------------------------------------------------------ LookupThenModelDrafter
 

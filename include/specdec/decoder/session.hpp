@@ -368,7 +368,8 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
         // A tree of at most max_tree_nodes nodes whose slots fit in the target's context (the
         // tree's n + 1 nodes sit after the length - 1 cached positions), and no deeper than the
         // budget can emit (a path of d nodes emits d + 1 tokens).
-        round_.draft_length = std::min(options_.max_tree_nodes, target_->context_length() - length);
+        round_.draft_length = std::min({options_.max_tree_nodes, target_->context_length() - length,
+                                        drafter.max_draft(length)});
         double seconds = 0;
         {
           ScopedTimer timer(seconds);
@@ -377,7 +378,9 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
           target_tree(tree, round_.draft_length, emitter_->remaining() - 1);
         }
         round_.draft_seconds = seconds;
-        draft_ = DraftResult{tree_tokens_.size() - 1, Proposal::point_mass, 0};
+        std::size_t forwards = 0;
+        if constexpr (requires { drafter.forward_passes(); }) forwards = drafter.forward_passes();
+        draft_ = DraftResult{tree_tokens_.size() - 1, Proposal::point_mass, forwards};
         return;
       }
     }

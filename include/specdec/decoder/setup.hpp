@@ -40,6 +40,7 @@ struct DecodeSetup {
     ngram,         ///< n-gram lookup in the sequence (NGramDrafter)
     lookup_model,  ///< n-gram lookup, the draft model when it finds nothing
     suffix,        ///< suffix decoding: frequent continuations as trees (SuffixDrafter)
+    model_tree,    ///< a draft model's trees (ModelTreeDrafter; a TreeCausalLM backend)
   };
   Drafter drafter = Drafter::none;
   std::size_t k = 4;          ///< draft length (fixed), or the largest with adaptive
@@ -64,7 +65,8 @@ struct DecodeSetup {
 
   /// Whether the setup drafts with a draft model (model, lookup_model).
   [[nodiscard]] bool uses_draft_model() const {
-    return drafter == Drafter::model || drafter == Drafter::lookup_model;
+    return drafter == Drafter::model || drafter == Drafter::lookup_model ||
+           drafter == Drafter::model_tree;
   }
 
   /// "baseline", "draft model k=4", "n-gram (n<=3) adaptive k", ...
@@ -83,6 +85,8 @@ struct DecodeSetup {
       case Drafter::lookup_model:
         return "n-gram (n=" + std::to_string(ngram_min) + ".." + std::to_string(ngram) + ") + " +
                model + " " + k_text;
+      case Drafter::model_tree:
+        return model + " trees<=" + std::to_string(tree_nodes);
       case Drafter::suffix:
         return tree_nodes > 0 ? "suffix trees<=" + std::to_string(tree_nodes) : "suffix " + k_text;
     }
@@ -95,7 +99,7 @@ struct DecodeSetup {
     options.k = k;
     options.adaptive = adaptive;
     options.min_draft = draft_min;
-    if (drafter == Drafter::suffix) {
+    if (drafter == Drafter::suffix || drafter == Drafter::model_tree) {
       options.max_tree_nodes = tree_nodes;
       if (tree_nodes > 0 && round_cost.size() > tree_nodes) options.tree_cost = round_cost;
     }
@@ -134,6 +138,8 @@ template <class LM>
 using LookupModelSession = SpeculativeSession<LookupThenModelDrafter<LM>, LM>;
 template <class LM>
 using SuffixSession = SpeculativeSession<SuffixDrafter, LM>;
+template <TreeCausalLM LM>
+using ModelTreeSession = SpeculativeSession<ModelTreeDrafter<LM>, LM>;
 
 /// Calls f(std::type_identity<Session>{}) with the session type of `drafter` over LM.
 template <class LM, class F>
@@ -147,6 +153,14 @@ decltype(auto) with_session_type(DecodeSetup::Drafter drafter, F&& f) {
       return f(std::type_identity<LookupModelSession<LM>>{});
     case DecodeSetup::Drafter::suffix:
       return f(std::type_identity<SuffixSession<LM>>{});
+    case DecodeSetup::Drafter::model_tree:
+      if constexpr (TreeCausalLM<LM>) {
+        return f(std::type_identity<ModelTreeSession<LM>>{});
+      } else {
+        throw Error(
+            "draft model trees need a backend that scores token trees in one forward (the CPU "
+            "backend): use chains (no --tree-nodes) here");
+      }
     case DecodeSetup::Drafter::none:
       break;
   }
@@ -185,6 +199,10 @@ class OwnedSession<SpeculativeSession<Draft, Target>> {
       drafter_.emplace(setup.ngram_options());
       session_ = std::make_unique<Session>(*drafter_, *models.target, setup.speculative_options(),
                                            models.tokenizer, nullptr, name);
+    } else if constexpr (kModelTree) {
+      drafter_.emplace(*models.draft);
+      session_ = std::make_unique<Session>(*drafter_, *models.target, setup.speculative_options(),
+                                           models.tokenizer, models.draft_tokenizer, name);
     } else if constexpr (std::is_same_v<Draft, SuffixDrafter>) {
       drafter_.emplace(setup.suffix_index, setup.shared_suffix, setup.tree_shape());
       session_ = std::make_unique<Session>(*drafter_, *models.target, setup.speculative_options(),
@@ -203,6 +221,13 @@ class OwnedSession<SpeculativeSession<Draft, Target>> {
   const Session& session() const { return *session_; }
 
  private:
+  /// Whether Draft is a ModelTreeDrafter (named only for tree-capable targets).
+  static constexpr bool kModelTree = [] {
+    if constexpr (TreeCausalLM<Target>)
+      return std::is_same_v<Draft, ModelTreeDrafter<Target>>;
+    else
+      return false;
+  }();
   /// The drafter object, where the session refers to one of its own.
   static constexpr bool kOwnsDrafter = Drafter<Draft> && !std::is_same_v<Draft, NoDrafter>;
   std::conditional_t<kOwnsDrafter, std::optional<Draft>, std::monostate> drafter_;
