@@ -89,6 +89,22 @@ concept SteppedDrafter = Drafter<D> &&
 
 // ------------------------------------------------------------------------------ ModelDrafter
 
+namespace detail {
+
+/// Feeds a draft model what it does not hold of the sequence minus its last token (as far as it
+/// fits in its context): the prefill of ModelDrafter and ModelTreeDrafter.
+template <CausalLM M>
+void prefill_draft(M& model, std::span<const token_t> sequence) {
+  const std::size_t cached = model.cached();
+  const std::size_t n =
+      std::min(sequence.empty() ? 0 : sequence.size() - 1, model.context_length());
+  if (n <= cached) return;
+  const LogitsView logits = model.forward(sequence.subspan(cached, n - cached));
+  check_logits(logits, n - cached, model.vocab_size(), "draft model (prefill)", logits_memory_v<M>);
+}
+
+}  // namespace detail
+
 /// A draft model as a Drafter.
 ///
 /// Bookkeeping: the model's KV cache always holds a prefix of the sequence. draft() first feeds
@@ -121,15 +137,7 @@ class ModelDrafter {
 
   /// Prefills what the model does not hold of the sequence minus its last token (as far as it
   /// fits in the draft's context).
-  void extend(std::span<const token_t> sequence) {
-    const std::size_t cached = model_->cached();
-    const std::size_t n =
-        std::min(sequence.empty() ? 0 : sequence.size() - 1, model_->context_length());
-    if (n <= cached) return;
-    const LogitsView logits = model_->forward(sequence.subspan(cached, n - cached));
-    detail::check_logits(logits, n - cached, vocab_size(), "draft model (prefill)",
-                         logits_memory_v<M>);
-  }
+  void extend(std::span<const token_t> sequence) { detail::prefill_draft(*model_, sequence); }
 
   template <class S>
   requires DraftSamplerFor<S, M> DraftResult draft(std::span<const token_t> sequence, std::size_t k,
@@ -445,15 +453,7 @@ class ModelTreeDrafter {
     extend(prompt);
   }
   /// Prefills what the model does not hold of the sequence minus its last token.
-  void extend(std::span<const token_t> sequence) {
-    const std::size_t cached = model_->cached();
-    const std::size_t n =
-        std::min(sequence.empty() ? 0 : sequence.size() - 1, model_->context_length());
-    if (n <= cached) return;
-    const LogitsView logits = model_->forward(sequence.subspan(cached, n - cached));
-    detail::check_logits(logits, n - cached, vocab_size(), "draft model (prefill)",
-                         logits_memory_v<M>);
-  }
+  void extend(std::span<const token_t> sequence) { detail::prefill_draft(*model_, sequence); }
   void keep(std::size_t n) {
     if (model_->cached() > n) model_->rollback(n);
   }
