@@ -205,6 +205,7 @@ struct Transformer::State {
   static constexpr std::size_t no_list = std::numeric_limits<std::size_t>::max();
   std::vector<std::size_t> row_listed;                // [n]
   std::vector<std::size_t> tree_rows;                 // the lists, one after the other
+  std::vector<std::int32_t> tree_parents;             // extend_tree's whole tree, being built
   std::array<PackedInput, input_format_count> packs;  // the current input, per InputFormat
   std::vector<std::vector<float>>
       scratch;  // per thread: attention scores [context] + head [head_dim]
@@ -557,33 +558,52 @@ std::vector<LogitsView> Transformer::forward_batch(
 
 LogitsView Transformer::forward_tree(std::span<const token_t> tokens,
                                      std::span<const std::int32_t> parents) {
-  check_input(tokens, "forward_tree");
-  if (tokens.size() > max_tree_nodes)
-    throw Error(fmt::format("cpu::Transformer::forward_tree: {} nodes, at most {} are supported",
-                            tokens.size(), max_tree_nodes));
-  if (parents.size() != tokens.size())
-    throw Error(fmt::format("cpu::Transformer::forward_tree: {} tokens but {} parents",
-                            tokens.size(), parents.size()));
-  for (std::size_t i = 0; i < parents.size(); ++i)
-    if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(i))
-      throw Error(fmt::format(
-          "cpu::Transformer::forward_tree: node {} has parent {} (must be -1, the cached prefix, "
-          "or a node before it)",
-          i, parents[i]));
   tree_parents_.clear();
+  return score_tree(tokens, parents, "forward_tree");
+}
+
+LogitsView Transformer::extend_tree(std::span<const token_t> tokens,
+                                    std::span<const std::int32_t> parents) {
+  return score_tree(tokens, parents, "extend_tree");
+}
+
+LogitsView Transformer::score_tree(std::span<const token_t> tokens,
+                                   std::span<const std::int32_t> parents, const char* who) {
+  // The nodes scored before (tree_parents_) stay; the new ones follow them.
+  const std::size_t first = tree_parents_.size();
+  check_input(tokens, who);
+  if (first + tokens.size() > max_tree_nodes)
+    throw Error(fmt::format("cpu::Transformer::{}: {} nodes, at most {} are supported", who,
+                            first + tokens.size(), max_tree_nodes));
+  if (tokens.size() > context_length_ - cached_ - first)
+    throw Error(fmt::format(
+        "cpu::Transformer::{}: {} cached + {} tree nodes + {} new ones exceed the context length {}",
+        who, cached_, first, tokens.size(), context_length_));
+  if (parents.size() != tokens.size())
+    throw Error(fmt::format("cpu::Transformer::{}: {} tokens but {} parents", who, tokens.size(),
+                            parents.size()));
+  for (std::size_t i = 0; i < parents.size(); ++i)
+    if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(first + i))
+      throw Error(fmt::format(
+          "cpu::Transformer::{}: node {} has parent {} (must be -1, the cached prefix, or a node "
+          "before it)",
+          who, first + i, parents[i]));
   State& s = *state_;
   s.logits.resize(tokens.size() * config_.vocab_size);
-  const Segment segment{this, tokens, s.logits.data(), parents};
+  std::vector<std::int32_t>& all = s.tree_parents;  // the whole tree: the earlier nodes, then these
+  all.assign(tree_parents_.begin(), tree_parents_.end());
+  all.insert(all.end(), parents.begin(), parents.end());
+  const Segment segment{this, tokens, s.logits.data(), all, first};
   chosen_step(std::span(&segment, 1), tokens.size());
-  tree_parents_.assign(parents.begin(), parents.end());
+  tree_parents_.swap(all);
   return LogitsView{s.logits.data(), tokens.size(), config_.vocab_size, Memory::host};
 }
 
 void Transformer::accept_path(std::span<const std::size_t> path) {
   if (tree_parents_.empty())
     throw Error(
-        "cpu::Transformer::accept_path: no forward_tree() since the cache last changed (a path "
-        "is kept right after the tree was scored)");
+        "cpu::Transformer::accept_path: no forward_tree() or extend_tree() since the cache last "
+        "changed (a path is kept right after the tree was scored)");
   for (std::size_t k = 0; k < path.size(); ++k) {
     if (path[k] >= tree_parents_.size())
       throw Error(
@@ -643,12 +663,12 @@ void Transformer::step(std::span<const Segment> segments) {
     const std::size_t base = seg.model->cached_;
     for (std::size_t j = 0; j < seg.tokens.size(); ++j, ++t) {
       s.row_segment[t] = i;
-      s.row_slot[t] = base + j;
+      s.row_slot[t] = base + seg.first_node + j;
       s.row_position[t] = base + j;
       if (!seg.parents.empty()) {
-        // Tree node j: its ancestors' slots, root first, then its own.
+        // Tree node first_node + j: its ancestors' slots, root first, then its own.
         s.row_listed[t] = s.tree_rows.size();
-        for (std::int64_t a = static_cast<std::int64_t>(j); a >= 0;
+        for (std::int64_t a = static_cast<std::int64_t>(seg.first_node + j); a >= 0;
              a = seg.parents[static_cast<std::size_t>(a)])
           s.tree_rows.push_back(base + static_cast<std::size_t>(a));
         std::reverse(s.tree_rows.begin() + static_cast<std::ptrdiff_t>(s.row_listed[t]),

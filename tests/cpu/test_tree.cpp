@@ -3,6 +3,8 @@
 //  - tree invariance: row i of forward_tree() is bitwise the last row of forward() over the path
 //    to node i after the same prefix, for every node of trees of several shapes (chains, wide
 //    and deep branches, several roots), weight types, KV types and instruction sets;
+//  - extend_tree(): a tree scored in parts (node by node, or in two) gives bitwise the rows of
+//    forward_tree() over the whole tree;
 //  - accept_path(): after keeping any root-to-node path, the cache is the one forward() of the
 //    path's tokens would have left: the next forward() gives bitwise the same rows;
 //  - the interface errors, which leave the cache unchanged.
@@ -80,6 +82,21 @@ void check_model(const test::RandomModel& m, KvType kv, std::mt19937& rng) {
     const std::vector<float> rows(tree.data, tree.data + tree.rows * tree.vocab);
     CHECK(tree_model.cached() == prefix.size());
 
+    // The same tree in parts: node by node, then the first half and the rest.
+    for (const std::size_t part : {std::size_t{1}, (parents.size() + 1) / 2}) {
+      INFO("extend_tree in parts of " << part);
+      tree_model.rollback(prefix.size());
+      for (std::size_t first = 0; first < parents.size(); first += part) {
+        const std::size_t n = std::min(part, parents.size() - first);
+        const LogitsView some = tree_model.extend_tree(
+            std::span(tokens).subspan(first, n), std::span(parents).subspan(first, n));
+        REQUIRE(some.rows == n);
+        CHECK(std::memcmp(some.data, rows.data() + first * vocab, n * vocab * sizeof(float)) ==
+              0);
+      }
+      CHECK(tree_model.cached() == prefix.size());
+    }
+
     reference.reset();
     reference.forward(prefix);
     for (std::size_t node = 0; node < parents.size(); ++node) {
@@ -94,10 +111,20 @@ void check_model(const test::RandomModel& m, KvType kv, std::mt19937& rng) {
     const std::vector<token_t> next = random_tokens(2, vocab, rng);
     for (std::size_t node : {parents.size() - 1, parents.size() / 2, std::size_t{0}}) {
       const std::vector<std::size_t> path = path_to(parents, node);
-      for (const bool empty : {false, true}) {
-        INFO("accepting the path to node " << node << (empty ? " (empty)" : ""));
+      for (const int how : {0, 1, 2}) {  // the whole tree; an empty path; the tree in two parts
+        const bool empty = how == 1;
+        INFO("accepting the path to node " << node << (empty ? " (empty)" : "")
+                                           << (how == 2 ? " of a tree extended once" : ""));
         tree_model.rollback(prefix.size());
-        tree_model.forward_tree(tokens, parents);
+        if (how == 2) {
+          const std::size_t half = (parents.size() + 1) / 2;
+          tree_model.extend_tree(std::span(tokens).first(half), std::span(parents).first(half));
+          if (half < parents.size())
+            tree_model.extend_tree(std::span(tokens).subspan(half),
+                                   std::span(parents).subspan(half));
+        } else {
+          tree_model.forward_tree(tokens, parents);
+        }
         const std::vector<std::size_t> kept = empty ? std::vector<std::size_t>{} : path;
         tree_model.accept_path(kept);
         CHECK(tree_model.cached() == prefix.size() + kept.size());
@@ -144,7 +171,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("forward_tree and accept_path refuse bad trees and paths, leaving the cache unchanged",
+TEST_CASE("forward_tree, extend_tree and accept_path refuse bad trees and paths, leaving the cache unchanged",
           "[cpu][tree]") {
   const test::RandomModel m = test::make_random_model(test::small_llama(), DType::f32, 3);
   Transformer model(m.config, m.weights, {.threads = 1});
@@ -181,6 +208,18 @@ TEST_CASE("forward_tree and accept_path refuse bad trees and paths, leaving the 
       [&] { model.forward_tree(std::vector<token_t>(94, 1), std::vector<std::int32_t>(94, -1)); },
       "exceed the context length");
   refused([&] { model.accept_path(std::vector<std::size_t>{0}); }, "no forward_tree()");
+  // extend_tree: parents index the whole tree, the nodes already there count against the context.
+  model.forward_tree(tokens, std::vector<std::int32_t>{-1, 0, 0});
+  refused([&] { model.extend_tree(tokens, std::vector<std::int32_t>{2, 5, 0}); },
+          "node 4 has parent 5");
+  refused([&] { model.extend_tree(tokens, std::vector<std::int32_t>{3, 1}); }, "3 tokens but 2");
+  refused(
+      [&] { model.extend_tree(std::vector<token_t>(91, 1), std::vector<std::int32_t>(91, -1)); },
+      "3 tree nodes + 91 new ones exceed the context length");
+  model.extend_tree(std::vector<token_t>{9}, std::vector<std::int32_t>{2});  // node 3
+  model.accept_path(std::vector<std::size_t>{0, 2, 3});
+  CHECK(model.cached() == 6);
+  model.rollback(3);
 
   model.forward_tree(tokens, std::vector<std::int32_t>{-1, 0, 0});
   refused([&] { model.accept_path(std::vector<std::size_t>{1}); }, "has parent 0, not -1");

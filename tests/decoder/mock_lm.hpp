@@ -57,6 +57,7 @@ class MockLM {
                   std::to_string(tokens.size()) + " > " + std::to_string(context_) + ")");
     calls.push_back({Call::forward, {tokens.begin(), tokens.end()}, 0, cache.size()});
     tree_parents_.clear();
+    tree_tokens_.clear();
     logits_.clear();
     for (const token_t t : tokens) {
       if (t < 0 || static_cast<std::size_t>(t) >= vocab_) throw Error("MockLM: token out of range");
@@ -74,29 +75,39 @@ class MockLM {
     calls.push_back({Call::rollback, {}, n, cache.size()});
     cache.resize(n);
     tree_parents_.clear();
+    tree_tokens_.clear();
   }
 
   /// A token tree (TreeCausalLM): row i = next_logits(cache ++ the path to node i); the cache
   /// does not move until accept_path().
   LogitsView forward_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents) {
+    tree_tokens_.clear();
+    tree_parents_.clear();
+    return extend_tree(tokens, parents);
+  }
+  /// More nodes for the pending tree; parents index the whole tree.
+  LogitsView extend_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents) {
     if (tokens.empty() || parents.size() != tokens.size()) throw Error("MockLM: bad tree");
-    if (cache.size() + tokens.size() > context_) throw Error("MockLM: tree past the context");
+    const std::size_t first = tree_tokens_.size();
+    if (cache.size() + first + tokens.size() > context_)
+      throw Error("MockLM: tree past the context");
     calls.push_back({Call::tree, {tokens.begin(), tokens.end()}, 0, cache.size()});
     logits_.clear();
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(i))
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(first + i))
         throw Error("MockLM: a parent after its child");
+    tree_tokens_.insert(tree_tokens_.end(), tokens.begin(), tokens.end());
+    tree_parents_.insert(tree_parents_.end(), parents.begin(), parents.end());
+    for (std::size_t i = first; i < tree_tokens_.size(); ++i) {
       std::vector<token_t> path;
       for (std::int64_t a = static_cast<std::int64_t>(i); a >= 0;
-           a = parents[static_cast<std::size_t>(a)])
-        path.insert(path.begin(), tokens[static_cast<std::size_t>(a)]);
+           a = tree_parents_[static_cast<std::size_t>(a)])
+        path.insert(path.begin(), tree_tokens_[static_cast<std::size_t>(a)]);
       std::vector<token_t> prefix = cache;
       prefix.insert(prefix.end(), path.begin(), path.end());
       const std::vector<float> row = next_logits_(prefix);
       logits_.insert(logits_.end(), row.begin(), row.end());
     }
-    tree_tokens_.assign(tokens.begin(), tokens.end());
-    tree_parents_.assign(parents.begin(), parents.end());
     ++forwards;
     return LogitsView{logits_.data(), tokens.size(), vocab_, where};
   }
@@ -112,6 +123,7 @@ class MockLM {
     calls.push_back({Call::accept, kept, path.size(), cache.size()});
     cache.insert(cache.end(), kept.begin(), kept.end());
     tree_parents_.clear();
+    tree_tokens_.clear();
   }
 
   std::vector<token_t> cache;  ///< tokens consumed (the fake KV cache)

@@ -217,6 +217,14 @@ TEST_CASE(
       sequence.insert(sequence.end(), r.tokens.begin(), r.tokens.end());
       CHECK(draft.cache.size() <= sequence.size());
       CHECK(std::equal(draft.cache.begin(), draft.cache.end(), sequence.begin()));
+      // Each level scores only the nodes it expands (extend_tree), and the next round keeps the
+      // accepted path's K/V in the draft instead of feeding those tokens again.
+      std::size_t kept = 0;
+      for (const MockLM::Call& call : draft.calls) {
+        if (call.kind == MockLM::Call::tree) CHECK(call.tokens.size() <= 3);
+        if (call.kind == MockLM::Call::accept) kept += call.tokens.size();
+      }
+      if (draft_seed == 31 && nodes >= 4) CHECK(kept > 0);
     }
   }
 }

@@ -154,12 +154,19 @@ class Transformer {
   /// nodes, parents that are not as above, a token outside the vocabulary, or when the n slots
   /// do not fit in the context.
   LogitsView forward_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents);
-  /// Keeps the nodes `path` of the last forward_tree(): path[0] is a node whose parent is -1 and
-  /// each next node is a child of the one before. Their K/V move to positions cached() ...
-  /// cached() + path.size() - 1 (O(path) row copies, no recomputation) and cached() advances by
-  /// path.size(), exactly as if forward() had appended the path's tokens. An empty path keeps
-  /// nothing. Throws specdec::Error, changing nothing, when there was no forward_tree() since
-  /// the last change of the cache or when `path` is not such a chain.
+  /// Adds nodes to the tree of the last forward_tree() or extend_tree() (nothing since changed
+  /// the cache; else to an empty tree) and scores only them: node first + i is tokens[i], where
+  /// `first` is the number of nodes already there, and parents[i] is -1 or any earlier node of
+  /// the whole tree. The rows are bitwise those forward_tree() of the whole tree would give for
+  /// these nodes. A draft model growing a tree level by level pays for each node once.
+  LogitsView extend_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents);
+  /// Keeps the nodes `path` of the tree scored since the cache last changed (forward_tree,
+  /// extend_tree): path[0] is a node whose parent is -1 and each next node is a child of the one
+  /// before. Their K/V move to positions cached() ... cached() + path.size() - 1 (O(path) row
+  /// copies, no recomputation) and cached() advances by path.size(), exactly as if forward() had
+  /// appended the path's tokens. An empty path keeps nothing. Throws specdec::Error, changing
+  /// nothing, when no tree was scored since the last change of the cache or when `path` is not
+  /// such a chain.
   void accept_path(std::span<const std::size_t> path);
   /// Nodes forward_tree() takes: one step of the network.
   static constexpr std::size_t max_tree_nodes = 256;
@@ -202,6 +209,9 @@ class Transformer {
     std::span<const token_t> tokens;
     float* logits;
     std::span<const std::int32_t> parents{};  ///< a token tree (forward_tree); empty: a chain
+    /// A tree's nodes scored by earlier steps: `tokens` are nodes first_node, first_node + 1, ...
+    /// of the tree `parents` describes whole.
+    std::size_t first_node = 0;
   };
   /// One pass through the network over the tokens of all segments (at most max_step_tokens in
   /// all; at most one segment per model), with this model's activation buffers. forward() is a
@@ -213,14 +223,17 @@ class Transformer {
   /// Throws (naming `who`) when `tokens` cannot be appended: empty, past the context, a token
   /// outside the vocabulary.
   void check_input(std::span<const token_t> tokens, const char* who) const;
+  /// forward_tree() and extend_tree(): scores `tokens` as nodes after those of tree_parents_.
+  LogitsView score_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents,
+                        const char* who);
 
   ModelConfig config_;
   std::shared_ptr<const WeightStore> weights_;
   Options options_;
   std::size_t context_length_ = 0;
   std::size_t cached_ = 0;
-  /// The parents of the last forward_tree(), whose K/V sit after cached_; empty when there is
-  /// none or the cache changed since (accept_path() needs it).
+  /// The parents of the tree scored since the cache last changed (forward_tree, extend_tree),
+  /// whose K/V sit after cached_; empty when there is none (accept_path() needs it).
   std::vector<std::int32_t> tree_parents_;
   std::unique_ptr<State> state_;
 };

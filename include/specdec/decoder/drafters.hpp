@@ -423,9 +423,11 @@ static_assert(TreeDrafter<SuffixDrafter>);
 ///
 /// Bookkeeping: as with ModelDrafter, the draft model's cache holds a prefix of the sequence. A
 /// round feeds what it has not consumed (ending with the sequence's last token, whose row is the
-/// root's distribution), then one forward_tree per level over the tree so far: forward_tree keeps
-/// no tree in the cache, so each level scores the earlier nodes again, which costs little next to
-/// streaming the weights once. After a round the cache holds the whole sequence.
+/// root's distribution), then one extend_tree per level with the nodes that level expands (at
+/// most `expand` tokens: on a memory-bound backend about the cost of one decode step), so every
+/// expanded node is scored once. After a round the cache holds the whole sequence and, pending,
+/// the expanded nodes; the next round keeps the path of them that the target accepted
+/// (accept_path) instead of feeding those tokens again.
 template <TreeCausalLM M>
 class ModelTreeDrafter {
  public:
@@ -449,13 +451,20 @@ class ModelTreeDrafter {
     return sequence_length < ctx ? ctx - sequence_length : 0;
   }
   void start(std::span<const token_t> prompt) {
+    pending_.clear();
     model_->rollback(0);
     extend(prompt);
   }
   /// Prefills what the model does not hold of the sequence minus its last token.
-  void extend(std::span<const token_t> sequence) { detail::prefill_draft(*model_, sequence); }
+  void extend(std::span<const token_t> sequence) {
+    keep_accepted(sequence);
+    detail::prefill_draft(*model_, sequence);
+  }
   void keep(std::size_t n) {
-    if (model_->cached() > n) model_->rollback(n);
+    if (model_->cached() > n) {
+      pending_.clear();
+      model_->rollback(n);
+    }
   }
 
   /// This round's tree: at most max_nodes nodes, best-first.
@@ -465,12 +474,16 @@ class ModelTreeDrafter {
     const std::size_t length = sequence.size();
     max_nodes = std::min(max_nodes, max_draft(length));
     if (max_nodes == 0 || length == 0) return tree_;
+    keep_accepted(sequence);
     if (model_->cached() >= length) model_->rollback(length - 1);
-    // Nodes in creation order: token, parent (-1: after the sequence), score, level.
+    pending_base_ = length;
+    // Nodes in creation order: token, parent (-1: after the sequence), score, level, and the
+    // node's index in the model's pending tree (-1: not scored, i.e. not expanded).
     std::vector<token_t> tokens;
     std::vector<std::int32_t> parents;
     std::vector<float> scores;
     std::vector<std::size_t> level_of;
+    std::vector<std::int32_t> in_model;
     const std::size_t budget = std::min(max_draft(length), 4 * max_nodes);  // nodes created
     const auto add_children = [&](std::span<const float> row, std::int32_t parent, float score,
                                   std::size_t level, std::size_t position) {
@@ -481,6 +494,7 @@ class ModelTreeDrafter {
         parents.push_back(parent);
         scores.push_back(score * p);
         level_of.push_back(level);
+        in_model.push_back(-1);
       }
     };
     {
@@ -499,12 +513,25 @@ class ModelTreeDrafter {
       std::stable_sort(frontier.begin(), frontier.end(),
                        [&](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
       if (frontier.size() > options_.expand) frontier.resize(options_.expand);
-      const LogitsView rows = model_->forward_tree(tokens, parents);
+      // Only the expanded nodes are scored; their parents were expanded a level before, so they
+      // are in the model's tree already.
+      level_tokens_.clear();
+      level_parents_.clear();
+      for (const std::size_t i : frontier) {
+        level_tokens_.push_back(tokens[i]);
+        level_parents_.push_back(
+            parents[i] < 0 ? -1 : in_model[static_cast<std::size_t>(parents[i])]);
+      }
+      const LogitsView rows = model_->extend_tree(level_tokens_, level_parents_);
       ++forwards_;
-      detail::check_logits(rows, tokens.size(), vocab_size(), "draft model", logits_memory_v<M>);
-      for (const std::size_t i : frontier)
-        add_children(rows.row(i), static_cast<std::int32_t>(i), scores[i], level + 1,
-                     length + level - 1);
+      for (std::size_t j = 0; j < frontier.size(); ++j) {
+        in_model[frontier[j]] = static_cast<std::int32_t>(pending_.size());
+        pending_.push_back(Pending{level_tokens_[j], level_parents_[j]});
+      }
+      detail::check_logits(rows, frontier.size(), vocab_size(), "draft model", logits_memory_v<M>);
+      for (std::size_t j = 0; j < frontier.size(); ++j)
+        add_children(rows.row(j), static_cast<std::int32_t>(frontier[j]), scores[frontier[j]],
+                     level + 1, length + level - 1);
     }
     // Best-first: the score, higher first, then creation order (a child never scores above its
     // parent and comes after it, so every parent precedes its children).
@@ -541,12 +568,46 @@ class ModelTreeDrafter {
   [[nodiscard]] const Options& options() const noexcept { return options_; }
 
  private:
+  /// A node of the model's pending tree (extend_tree order): its token and parent there.
+  struct Pending {
+    token_t token;
+    std::int32_t parent;
+  };
+
+  /// Keeps, of the tree the last round left pending in the model, the path that `sequence`
+  /// follows (the tokens after the round's sequence, except the newest, which is fed to get the
+  /// next root's row), so that those tokens are not fed again.
+  void keep_accepted(std::span<const token_t> sequence) {
+    if (pending_.empty() || model_->cached() != pending_base_ || sequence.size() <= pending_base_) {
+      pending_.clear();
+      return;
+    }
+    path_.clear();
+    std::int32_t at = -1;
+    for (std::size_t pos = pending_base_; pos + 1 < sequence.size(); ++pos) {
+      std::int32_t next = -1;
+      for (std::size_t i = 0; i < pending_.size() && next < 0; ++i)
+        if (pending_[i].parent == at && pending_[i].token == sequence[pos])
+          next = static_cast<std::int32_t>(i);
+      if (next < 0) break;
+      path_.push_back(static_cast<std::size_t>(next));
+      at = next;
+    }
+    pending_.clear();
+    if (!path_.empty()) model_->accept_path(path_);
+  }
+
   M* model_;
   Options options_;
   DraftTree tree_;
   std::vector<token_t> chain_;
   std::vector<std::pair<token_t, float>> top_;
   std::size_t forwards_ = 0;
+  std::vector<Pending> pending_;  ///< the model's pending tree, after pending_base_ positions
+  std::size_t pending_base_ = 0;
+  std::vector<token_t> level_tokens_;
+  std::vector<std::int32_t> level_parents_;
+  std::vector<std::size_t> path_;
 };
 
 // ------------------------------------------------------------------------ LookupThenModelDrafter

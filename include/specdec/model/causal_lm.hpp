@@ -82,12 +82,15 @@ concept CausalLM = requires(M& m, const M& cm, std::span<const token_t> t, std::
 ///  - forward_tree(tokens, parents) scores node i = tokens[i] after the cached prefix and the
 ///    path to it (parents[i] = -1: directly after the prefix, else an earlier node), row i being
 ///    bitwise what forward() of that path would give; cached() does not move;
+///  - extend_tree(tokens, parents) adds nodes to that tree (parents index the whole tree, the
+///    earlier nodes first) and scores only them, as forward_tree() of the whole tree would;
 ///  - accept_path(path) then keeps one root-to-node path, as if forward() had appended it.
 template <class M>
 concept TreeCausalLM = CausalLM<M> &&
     requires(M& m, std::span<const token_t> t, std::span<const std::int32_t> parents,
              std::span<const std::size_t> path) {
   { m.forward_tree(t, parents) } -> std::same_as<LogitsView>;
+  { m.extend_tree(t, parents) } -> std::same_as<LogitsView>;
   m.accept_path(path);
 };
 
