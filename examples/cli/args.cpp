@@ -178,8 +178,6 @@ const std::vector<LlamaFlag>& llama_flags() {
       {{"--json-schema", "-j"}, true, kSamplers},
       {{"--json-schema-file", "-jf"}, true, kSamplers},
       // Drafting.
-      {{"--draft-p-min", "--spec-draft-p-min"}, true, kDrafting},
-      {{"--draft-p-split", "--spec-draft-p-split"}, true, kDrafting},
       {{"--spec-type"}, true, kDrafting},
       {{"--cache-type-k-draft", "-ctkd"}, true, kBothCaches},
       {{"--cache-type-v-draft", "-ctvd"}, true, kBothCaches},

@@ -57,6 +57,10 @@ struct BenchOptions {
   bool suffix = false;
   bool draft_trees = false;
   std::vector<std::size_t> tree_nodes{16};
+  std::vector<std::size_t> tree_topk{ModelTreeOptions{}.branch};      ///< --draft-trees shapes
+  std::vector<std::size_t> tree_depth{ModelTreeOptions{}.max_depth};  ///< --draft-trees shapes
+  std::vector<float> draft_p_min{ModelTreeOptions{}.min_score};       ///< --draft-trees shapes
+  float draft_p_split = ModelTreeOptions{}.split;
   float suffix_min_prob = 0.1f;
   std::vector<std::size_t> draft_heads{0};
   std::optional<std::string> prompts;
@@ -197,6 +201,7 @@ struct Measurement {
   /// Whether a round's draft time can be split from its verify time (host models).
   bool split_draft_time = true;
   ForwardTimes target_times;                 ///< T(1) .. T(max k + 1)
+  std::size_t timing_context = 0;            ///< cached positions before each timed forward
   std::size_t max_k = 0;                     ///< the largest k the costs cover
   std::map<std::size_t, double> draft_step;  ///< --draft-head -> seconds of one draft step
   std::vector<DecodeSetup> setups;           ///< the baseline first
@@ -284,11 +289,23 @@ Measurement measure(const BenchOptions& o, Backend backend, const std::vector<Ev
       std::min(std::max({o.adaptive ? DecodeSetup{}.max_k : std::size_t{1},
                          *std::max_element(o.ks.begin(), o.ks.end()), max_tree}),
                target.lm->context_length() - 1);
-  m.target_times = measure_forward_times(*target.lm, static_cast<LM*>(nullptr), max_k);
+  // The forwards are timed after the context a round typically has here, the median over the
+  // prompts of their length plus half the tokens generated: attention reads the whole cache once
+  // per token of a forward, so a verify costs more after a long prompt (an editing prompt that
+  // holds a file) than after a short one.
+  std::vector<std::size_t> contexts;
+  for (const auto& ids : prompt_ids) contexts.push_back(ids.size() + o.max_new_tokens / 2);
+  std::nth_element(contexts.begin(),
+                   contexts.begin() + static_cast<std::ptrdiff_t>(contexts.size() / 2),
+                   contexts.end());
+  const std::size_t context = m.timing_context =
+      contexts.empty() ? 128 : contexts[contexts.size() / 2];
+  m.target_times = measure_forward_times(*target.lm, static_cast<LM*>(nullptr), max_k, context);
   std::map<std::size_t, double>& draft_step = m.draft_step;
   if (draft)
     for (const std::size_t n : o.draft_heads)
-      draft_step[n] = measure_forward_times(*target.lm, draft_with_head(n)->lm.get(), 0).draft;
+      draft_step[n] =
+          measure_forward_times(*target.lm, draft_with_head(n)->lm.get(), 0, context).draft;
 
   // The configurations: the baseline first, then each drafter with each k and adaptive k.
   std::vector<DecodeSetup>& setups = m.setups;
@@ -334,16 +351,29 @@ Measurement measure(const BenchOptions& o, Backend backend, const std::vector<Ev
     }
   }
   if (o.draft_trees && draft) {
-    // The draft model's trees of each --tree-nodes size (0: the chains above).
-    setup.drafter = DecodeSetup::Drafter::model_tree;
-    for (const std::size_t n : o.draft_heads)
-      for (const std::size_t nodes : o.tree_nodes) {
-        if (nodes == 0) continue;
-        setup.draft_head = n;
-        setup.tree_nodes = nodes;
-        setup.round_cost = m.costs_of(0.0);  // the target's T(n + 1) / T(1)
-        setups.push_back(setup);
-      }
+    // The draft model's trees of each --tree-nodes size (0: the chains above), shape, and with
+    // --suffix also behind the suffix drafter.
+    std::vector<DecodeSetup::Drafter> kinds{DecodeSetup::Drafter::model_tree};
+    if (o.suffix) kinds.push_back(DecodeSetup::Drafter::suffix_model);
+    setup.suffix_shape.min_score = o.suffix_min_prob;
+    for (const DecodeSetup::Drafter kind : kinds)
+      for (const std::size_t n : o.draft_heads)
+        for (const std::size_t nodes : o.tree_nodes)
+          for (const std::size_t topk : o.tree_topk)
+            for (const std::size_t depth : o.tree_depth)
+              for (const float p_min : o.draft_p_min) {
+                if (nodes == 0) continue;
+                setup.model_tree_shape.min_score = p_min;
+                setup.model_tree_shape.split = o.draft_p_split;
+                setup.drafter = kind;
+                setup.draft_head = n;
+                setup.tree_nodes = nodes;
+                setup.model_tree_shape.branch = setup.model_tree_shape.expand = topk;
+                setup.model_tree_shape.max_depth = depth;
+                setup.round_cost = m.costs_of(0.0);  // the target's T(n + 1) / T(1)
+                setup.draft_step_cost = draft_step.at(n) / m.target_times.target[0];  // D / T(1)
+                setups.push_back(setup);
+              }
   }
   if (o.lookup_draft && draft) {
     // Lookup needs a suffix of at least 2 tokens here, else the model is hardly ever asked.
@@ -437,7 +467,10 @@ nlohmann::json results_json(const BenchOptions& o, const Measurement& m) {
         // timed before decoding (sampling and bookkeeping left out, on both sides).
         const double draft_seconds =
             s.drafter == DecodeSetup::Drafter::model ? m.draft_step.at(s.draft_head)
-            : s.drafter == DecodeSetup::Drafter::lookup_model && t.rounds
+            : (s.drafter == DecodeSetup::Drafter::lookup_model ||
+               s.drafter == DecodeSetup::Drafter::model_tree ||
+               s.drafter == DecodeSetup::Drafter::suffix_model) &&
+                    t.rounds
                 ? m.draft_step.at(s.draft_head) * static_cast<double>(t.draft_passes) /
                       std::max<double>(1.0, static_cast<double>(t.drafted))
                 : 0.0;
@@ -451,12 +484,13 @@ nlohmann::json results_json(const BenchOptions& o, const Measurement& m) {
             {"temperature", as_typed(o.temperatures[ti])},
             {"domain", domain},
             {"config", s.label()},
-            {"drafter", s.drafter == DecodeSetup::Drafter::none         ? "none"
-                        : s.drafter == DecodeSetup::Drafter::model      ? "model"
-                        : s.drafter == DecodeSetup::Drafter::ngram      ? "ngram"
-                        : s.drafter == DecodeSetup::Drafter::suffix     ? "suffix"
-                        : s.drafter == DecodeSetup::Drafter::model_tree ? "model trees"
-                                                                        : "ngram+model"},
+            {"drafter", s.drafter == DecodeSetup::Drafter::none           ? "none"
+                        : s.drafter == DecodeSetup::Drafter::model        ? "model"
+                        : s.drafter == DecodeSetup::Drafter::ngram        ? "ngram"
+                        : s.drafter == DecodeSetup::Drafter::suffix       ? "suffix"
+                        : s.drafter == DecodeSetup::Drafter::model_tree   ? "model trees"
+                        : s.drafter == DecodeSetup::Drafter::suffix_model ? "suffix+model trees"
+                                                                          : "ngram+model"},
             {"draft_head", s.draft_head},
             {"k", s.drafter == DecodeSetup::Drafter::none ? nlohmann::json(nullptr)
                   : s.adaptive                            ? nlohmann::json("adaptive")
@@ -487,10 +521,16 @@ nlohmann::json results_json(const BenchOptions& o, const Measurement& m) {
             {"tokens_per_second_runs", tps},
             {"speedup_runs", speedups}};
         if (s.drafter == DecodeSetup::Drafter::ngram) row["ngram"] = s.ngram;
-        if (s.drafter == DecodeSetup::Drafter::suffix ||
-            s.drafter == DecodeSetup::Drafter::model_tree) {
+        if (s.max_tree_nodes() > 0 || s.drafter == DecodeSetup::Drafter::suffix) {
           row["tree_nodes"] = s.tree_nodes;
           if (s.tree_nodes > 0) row["k"] = nullptr;  // a tree round drafts up to tree_nodes
+        }
+        if (s.drafter == DecodeSetup::Drafter::model_tree ||
+            s.drafter == DecodeSetup::Drafter::suffix_model) {
+          row["tree_topk"] = s.model_tree_shape.branch;
+          row["tree_depth"] = s.model_tree_shape.max_depth;
+          row["draft_p_min"] = s.model_tree_shape.min_score;
+          row["draft_p_split"] = s.model_tree_shape.split;
         }
         results.push_back(std::move(row));
       }
@@ -513,6 +553,7 @@ void print_json_report(const BenchOptions& o, const Measurement& m, const nlohma
       {"threads", m.threads},
       {"target_forward_seconds", m.target_times.target},  // T(1) .. T(max k + 1)
       {"draft_step_seconds", m.draft_step},               // per --draft-head (0: whole head)
+      {"timing_context", m.timing_context},  // the cache positions before each timed forward
       {"greedy_runs_compared", m.greedy_runs},
       {"greedy_runs_identical", m.greedy_runs - m.greedy_mismatches},
       {"results", results}};
@@ -624,6 +665,30 @@ void add_bench(CLI::App& app) {
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(CLI::Range(std::size_t{0}, std::size_t{255}))
+      ->capture_default_str();
+  cmd->add_option("--tree-topk", o->tree_topk,
+                  "--draft-trees: children per expanded node and nodes expanded per level, "
+                  "e.g. 1,2 (each with each --tree-depth)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(CLI::Range(std::size_t{1}, std::size_t{16}))
+      ->capture_default_str();
+  cmd->add_option("--tree-depth", o->tree_depth, "--draft-trees: levels of the tree, e.g. 4,6")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(CLI::Range(std::size_t{1}, std::size_t{64}))
+      ->capture_default_str();
+  cmd->add_option("--draft-p-min", o->draft_p_min,
+                  "--draft-trees: expand only nodes of at least this path probability under the "
+                  "draft, e.g. 0.01,0.3")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
+  cmd->add_option("--draft-p-split", o->draft_p_split,
+                  "--draft-trees: children beyond the most likely token only at this draft "
+                  "probability or more")
+      ->check(CLI::Range(0.0f, 1.0f))
       ->capture_default_str();
   cmd->add_option("--suffix-min-prob", o->suffix_min_prob,
                   "--suffix: leave out tree nodes of lower estimated probability")

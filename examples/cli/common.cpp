@@ -508,7 +508,8 @@ struct SessionVariant<LM> {
                             std::unique_ptr<OwnedSession<NGramSession<LM>>>,
                             std::unique_ptr<OwnedSession<LookupModelSession<LM>>>,
                             std::unique_ptr<OwnedSession<SuffixSession<LM>>>,
-                            std::unique_ptr<OwnedSession<ModelTreeSession<LM>>>>;
+                            std::unique_ptr<OwnedSession<ModelTreeSession<LM>>>,
+                            std::unique_ptr<OwnedSession<SuffixModelSession<LM>>>>;
 };
 
 template <class LM>

@@ -284,11 +284,28 @@ inline DecodeSetup decode_setup_of(const DecodeFlags& o, std::string_view comman
     throw UsageError(fmt::format(
         "{}: --tree-nodes applies to --suffix and to a draft model (-md), not to --ngram",
         command));
+  if ((o.tree_topk || o.tree_depth || o.draft_p_min || o.draft_p_split) && !o.baseline &&
+      !(o.draft && (o.tree_nodes_given || o.suffix)))
+    throw UsageError(fmt::format(
+        "{}: --tree-topk, --tree-depth, --draft-p-min and --draft-p-split shape draft model "
+        "trees: give -md MODEL and --tree-nodes N (or --suffix)",
+        command));
+  if (o.suffix && o.draft && !o.baseline && o.tree_nodes == 0)
+    throw UsageError(fmt::format(
+        "{}: --suffix with a draft model (-md) verifies trees: --tree-nodes must be at least 1",
+        command));
   if (o.baseline || (!o.draft && !o.ngram && !o.suffix)) {
     setup.drafter = DecodeSetup::Drafter::none;
-  } else if (o.draft && o.tree_nodes_given && o.tree_nodes > 0) {
-    setup.drafter = DecodeSetup::Drafter::model_tree;
+  } else if (o.draft && (o.suffix || (o.tree_nodes_given && o.tree_nodes > 0))) {
+    // Draft model trees, behind the suffix drafter with --suffix.
+    setup.drafter =
+        o.suffix ? DecodeSetup::Drafter::suffix_model : DecodeSetup::Drafter::model_tree;
     setup.tree_nodes = o.tree_nodes;
+    setup.suffix_shape.min_score = o.suffix_min_prob;
+    if (o.tree_topk) setup.model_tree_shape.branch = setup.model_tree_shape.expand = *o.tree_topk;
+    if (o.tree_depth) setup.model_tree_shape.max_depth = *o.tree_depth;
+    if (o.draft_p_min) setup.model_tree_shape.min_score = *o.draft_p_min;
+    if (o.draft_p_split) setup.model_tree_shape.split = *o.draft_p_split;
   } else if (o.suffix) {
     setup.drafter = DecodeSetup::Drafter::suffix;
     setup.tree_nodes = o.tree_nodes;

@@ -189,8 +189,8 @@ void add_decode_flags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagsHelp& help
   auto* suffix = cmd.add_flag(
       "--suffix", f.suffix,
       "draft with suffix decoding: the most frequent continuations of the longest suffix seen "
-      "before (in the prompt, the output and, in serve, earlier responses), verified as a tree");
-  suffix->excludes(draft);
+      "before (in the prompt, the output and, in serve, earlier responses), verified as a tree; "
+      "with -md, the draft model's tree when the suffix match is weak");
   suffix->excludes(ngram);
   cmd.add_option("--tree-nodes", f.tree_nodes,
                  "tree speculation: nodes of each round's token tree, scored in one target "
@@ -199,6 +199,21 @@ void add_decode_flags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagsHelp& help
       ->check(CLI::Range(std::size_t{0}, std::size_t{255}))
       ->capture_default_str()
       ->each([&f](const std::string&) { f.tree_nodes_given = true; });
+  cmd.add_option("--tree-topk", f.tree_topk,
+                 "draft model trees (-md --tree-nodes N): children of each expanded node and "
+                 "nodes expanded per level (default 2)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{16}));
+  cmd.add_option("--tree-depth", f.tree_depth,
+                 "draft model trees (-md --tree-nodes N): levels drafted per round (default 6)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{64}));
+  cmd.add_option("--draft-p-min,--spec-draft-p-min", f.draft_p_min,
+                 "draft model trees: expand only nodes whose path probability under the draft "
+                 "is at least this (default 0.01)")
+      ->check(CLI::Range(0.0f, 1.0f));
+  cmd.add_option("--draft-p-split,--spec-draft-p-split", f.draft_p_split,
+                 "draft model trees: a node gets children beyond its most likely token only "
+                 "where the draft gives them at least this probability (default 0)")
+      ->check(CLI::Range(0.0f, 1.0f));
   cmd.add_option("--suffix-min-prob", f.suffix_min_prob,
                  "--suffix: leave out nodes whose estimated probability (the product of the "
                  "continuation frequencies along the path) is below this")

@@ -133,10 +133,14 @@ struct DecodeFlags {
   std::string target;
   std::optional<std::string> draft;
   std::optional<std::size_t> ngram;
-  bool suffix = false;            ///< --suffix: suffix decoding (SuffixDrafter)
-  std::size_t tree_nodes = 16;    ///< --tree-nodes: nodes per suffix tree (0: chains of -k)
-  bool tree_nodes_given = false;  ///< --tree-nodes was given: with -md, draft model trees
-  float suffix_min_prob = 0.1f;   ///< --suffix-min-prob: a node's least estimated probability
+  bool suffix = false;                    ///< --suffix: suffix decoding (SuffixDrafter)
+  std::size_t tree_nodes = 16;            ///< --tree-nodes: nodes per suffix tree (0: chains of -k)
+  bool tree_nodes_given = false;          ///< --tree-nodes was given: with -md, draft model trees
+  std::optional<std::size_t> tree_topk;   ///< --tree-topk: draft model trees' branching
+  std::optional<std::size_t> tree_depth;  ///< --tree-depth: draft model trees' levels
+  std::optional<float> draft_p_min;       ///< --draft-p-min: draft model trees' expansion cut
+  std::optional<float> draft_p_split;     ///< --draft-p-split: draft model trees' branching cut
+  float suffix_min_prob = 0.1f;  ///< --suffix-min-prob: a node's least estimated probability
   bool baseline = false;
   std::size_t k = 4;
   bool k_given = false;  ///< -k was given: with --adaptive it is the largest k

@@ -576,9 +576,10 @@ LogitsView Transformer::score_tree(std::span<const token_t> tokens,
     throw Error(fmt::format("cpu::Transformer::{}: {} nodes, at most {} are supported", who,
                             first + tokens.size(), max_tree_nodes));
   if (tokens.size() > context_length_ - cached_ - first)
-    throw Error(fmt::format(
-        "cpu::Transformer::{}: {} cached + {} tree nodes + {} new ones exceed the context length {}",
-        who, cached_, first, tokens.size(), context_length_));
+    throw Error(
+        fmt::format("cpu::Transformer::{}: {} cached + {} tree nodes + {} new ones exceed the "
+                    "context length {}",
+                    who, cached_, first, tokens.size(), context_length_));
   if (parents.size() != tokens.size())
     throw Error(fmt::format("cpu::Transformer::{}: {} tokens but {} parents", who, tokens.size(),
                             parents.size()));

@@ -88,11 +88,10 @@ void check_model(const test::RandomModel& m, KvType kv, std::mt19937& rng) {
       tree_model.rollback(prefix.size());
       for (std::size_t first = 0; first < parents.size(); first += part) {
         const std::size_t n = std::min(part, parents.size() - first);
-        const LogitsView some = tree_model.extend_tree(
-            std::span(tokens).subspan(first, n), std::span(parents).subspan(first, n));
+        const LogitsView some = tree_model.extend_tree(std::span(tokens).subspan(first, n),
+                                                       std::span(parents).subspan(first, n));
         REQUIRE(some.rows == n);
-        CHECK(std::memcmp(some.data, rows.data() + first * vocab, n * vocab * sizeof(float)) ==
-              0);
+        CHECK(std::memcmp(some.data, rows.data() + first * vocab, n * vocab * sizeof(float)) == 0);
       }
       CHECK(tree_model.cached() == prefix.size());
     }
@@ -171,8 +170,10 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("forward_tree, extend_tree and accept_path refuse bad trees and paths, leaving the cache unchanged",
-          "[cpu][tree]") {
+TEST_CASE(
+    "forward_tree, extend_tree and accept_path refuse bad trees and paths, leaving the cache "
+    "unchanged",
+    "[cpu][tree]") {
   const test::RandomModel m = test::make_random_model(test::small_llama(), DType::f32, 3);
   Transformer model(m.config, m.weights, {.threads = 1});
   model.forward(std::vector<token_t>{1, 2, 3});
@@ -210,8 +211,11 @@ TEST_CASE("forward_tree, extend_tree and accept_path refuse bad trees and paths,
   refused([&] { model.accept_path(std::vector<std::size_t>{0}); }, "no forward_tree()");
   // extend_tree: parents index the whole tree, the nodes already there count against the context.
   model.forward_tree(tokens, std::vector<std::int32_t>{-1, 0, 0});
-  refused([&] { model.extend_tree(tokens, std::vector<std::int32_t>{2, 5, 0}); },
-          "node 4 has parent 5");
+  refused(
+      [&] {
+        model.extend_tree(tokens, std::vector<std::int32_t>{2, 5, 0});
+      },
+      "node 4 has parent 5");
   refused([&] { model.extend_tree(tokens, std::vector<std::int32_t>{3, 1}); }, "3 tokens but 2");
   refused(
       [&] { model.extend_tree(std::vector<token_t>(91, 1), std::vector<std::int32_t>(91, -1)); },

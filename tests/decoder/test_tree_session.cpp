@@ -228,3 +228,38 @@ TEST_CASE(
     }
   }
 }
+
+TEST_CASE(
+    "suffix then draft model trees: greedy output equals target-only, and each round is the "
+    "suffix tree when it expects a token, else the model's",
+    "[decoder][tree][suffix]") {
+  const Markov target_model(21);
+  const std::vector<token_t> prompt = repetitive_prompt();
+  MockLM baseline_target = target_model.lm(160);
+  const auto expected =
+      specdec::AutoregressiveDecoder(baseline_target).generate(prompt, greedy(40)).tokens;
+  for (const std::uint32_t draft_seed : {21u, 22u}) {
+    INFO("draft seed " << draft_seed);
+    MockLM target = target_model.lm(160);
+    MockLM draft = Markov(draft_seed).lm(160);
+    specdec::SuffixThenModelDrafter<MockLM> drafter(
+        draft, specdec::SuffixDrafter({}, nullptr, {.max_nodes = 8, .min_score = 0.05f}),
+        {.branch = 2, .expand = 2, .max_depth = 3});
+    SpeculativeOptions options;
+    options.max_tree_nodes = 8;
+    specdec::SpeculativeDecoder dec(drafter, target, options);
+    const specdec::GenerationResult r = dec.generate(prompt, greedy(40));
+    CHECK(r.tokens == expected);
+    // Both drafters had rounds: the suffix's and the model's (which extend the draft's tree).
+    std::size_t tree_rounds = 0, draft_trees = 0;
+    for (const specdec::RoundRecord& round : r.rounds) tree_rounds += round.drafted.empty() ? 0 : 1;
+    for (const MockLM::Call& call : draft.calls) draft_trees += call.kind == MockLM::Call::tree;
+    CHECK(drafter.suffix_rounds() > 0);
+    CHECK(drafter.suffix_rounds() < tree_rounds);
+    CHECK(draft_trees > 0);
+    // The draft's cache never runs past the sequence, whoever drafted.
+    std::vector<token_t> sequence = prompt;
+    sequence.insert(sequence.end(), r.tokens.begin(), r.tokens.end());
+    CHECK(std::equal(draft.cache.begin(), draft.cache.end(), sequence.begin()));
+  }
+}

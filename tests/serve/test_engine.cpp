@@ -187,12 +187,14 @@ TEST_CASE("make_engine refuses a setup it cannot serve", "[serve][engine]") {
 // earlier responses of all slots (SharedSuffixIndex, locked), and each round verifies a token
 // tree. Greedy requests must give the target-only tokens whatever the other slots did and
 // whether the rounds are batched; a request repeating an earlier prompt is drafted from the
-// earlier response (its trees are accepted).
+// earlier response (its trees are accepted). The same with the draft model's trees behind the
+// suffix drafter (suffix_model).
 TEST_CASE("the engine serves suffix trees, sharing earlier responses across slots",
           "[serve][engine]") {
   const Pair pair;
   const bool batching = GENERATE(true, false);
-  DecodeSetup setup = setup_of(DecodeSetup::Drafter::suffix);
+  const auto drafter = GENERATE(DecodeSetup::Drafter::suffix, DecodeSetup::Drafter::suffix_model);
+  DecodeSetup setup = setup_of(drafter);
   setup.tree_nodes = 6;
   setup.suffix_shape.min_score = 0.0f;
   INFO(setup.label() << (batching ? ", batched" : ", one round per slot"));

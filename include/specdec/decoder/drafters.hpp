@@ -412,6 +412,19 @@ static_assert(TreeDrafter<SuffixDrafter>);
 
 // ------------------------------------------------------------------------ ModelTreeDrafter
 
+/// The shape of ModelTreeDrafter's trees. SGLang's --speculative-eagle-topk is branch = expand,
+/// its --speculative-num-steps max_depth; llama.cpp's --draft-p-min and --draft-p-split (its
+/// tree example) are min_score and split.
+struct ModelTreeOptions {
+  std::size_t branch = 2;     ///< children of an expanded node at most: its most likely tokens
+  std::size_t expand = 2;     ///< nodes expanded per level, the best scored
+  std::size_t max_depth = 6;  ///< levels at most
+  float min_score = 0.01f;    ///< nodes below this path probability are not expanded
+  /// A child after the most likely one only where the draft gives it at least this probability
+  /// (branches where the draft is unsure, not everywhere).
+  float split = 0.0f;
+};
+
 /// A draft model proposing token trees (the dynamic trees of EAGLE-2, without its feature head):
 /// the draft's distribution at an expanded node gives its `branch` most likely tokens as children,
 /// each scored by its path's probability under the draft (the product of the draft's
@@ -431,17 +444,15 @@ static_assert(TreeDrafter<SuffixDrafter>);
 template <TreeCausalLM M>
 class ModelTreeDrafter {
  public:
-  struct Options {
-    std::size_t branch = 2;     ///< children of an expanded node: its most likely tokens
-    std::size_t expand = 4;     ///< nodes expanded per level, the best scored
-    std::size_t max_depth = 6;  ///< levels at most
-    float min_score = 0.01f;    ///< nodes below this path probability are not expanded
-  };
+  using Options = ModelTreeOptions;
 
   explicit ModelTreeDrafter(M& model) : ModelTreeDrafter(model, Options{}) {}
   ModelTreeDrafter(M& model, const Options& options) : model_(&model), options_(options) {
     if (options_.branch == 0 || options_.expand == 0 || options_.max_depth == 0)
       throw Error("ModelTreeDrafter: branch, expand and max_depth must be at least 1");
+    if (!(options_.min_score >= 0 && options_.min_score <= 1) ||
+        !(options_.split >= 0 && options_.split <= 1))
+      throw Error("ModelTreeDrafter: min_score and split are probabilities, in [0, 1]");
   }
 
   [[nodiscard]] std::size_t vocab_size() const { return model_->vocab_size(); }
@@ -488,8 +499,10 @@ class ModelTreeDrafter {
     const auto add_children = [&](std::span<const float> row, std::int32_t parent, float score,
                                   std::size_t level, std::size_t position) {
       detail::top_tokens(row, options_.branch, "draft model", position, top_);
-      for (const auto& [token, p] : top_) {
+      for (std::size_t c = 0; c < top_.size(); ++c) {
+        const auto [token, p] = top_[c];
         if (tokens.size() == budget) return;
+        if (c > 0 && p < options_.split) return;  // the most likely first: no more above split
         tokens.push_back(token);
         parents.push_back(parent);
         scores.push_back(score * p);
@@ -519,8 +532,8 @@ class ModelTreeDrafter {
       level_parents_.clear();
       for (const std::size_t i : frontier) {
         level_tokens_.push_back(tokens[i]);
-        level_parents_.push_back(
-            parents[i] < 0 ? -1 : in_model[static_cast<std::size_t>(parents[i])]);
+        level_parents_.push_back(parents[i] < 0 ? -1
+                                                : in_model[static_cast<std::size_t>(parents[i])]);
       }
       const LogitsView rows = model_->extend_tree(level_tokens_, level_parents_);
       ++forwards_;
@@ -654,6 +667,73 @@ class LookupThenModelDrafter {
   NGramDrafter lookup_;
   std::vector<token_t> proposal_;
   std::size_t lookup_rounds_ = 0;
+};
+
+// ------------------------------------------------------------------------ SuffixThenModelDrafter
+
+/// Suffix decoding first, the draft model's tree when the suffix match is weak: a round proposes
+/// the suffix drafter's tree when its scores add up to at least min_suffix_tokens (the tokens it
+/// expects accepted: a stretch of an edited file, an earlier response), else the draft model's
+/// tree (ModelTreeDrafter). Either is a tree of point masses, so verification stays exact. A
+/// suffix round costs no draft forward; the model catches up on its tokens the next time it
+/// drafts.
+template <TreeCausalLM M>
+class SuffixThenModelDrafter {
+ public:
+  /// Below this expected count the model drafts; 1: the suffix tree must expect a whole token.
+  static constexpr float kMinSuffixTokens = 1.0f;
+
+  SuffixThenModelDrafter(M& model, SuffixDrafter suffix, const ModelTreeOptions& shape = {},
+                         float min_suffix_tokens = kMinSuffixTokens)
+      : suffix_(std::move(suffix)), model_(model, shape), min_suffix_tokens_(min_suffix_tokens) {}
+
+  [[nodiscard]] std::size_t vocab_size() const { return model_.vocab_size(); }
+  [[nodiscard]] std::size_t max_draft(std::size_t n) const { return model_.max_draft(n); }
+  void start(std::span<const token_t> prompt) {
+    suffix_.start(prompt);
+    model_.start(prompt);
+  }
+  void extend(std::span<const token_t> sequence) {
+    suffix_.extend(sequence);
+    model_.extend(sequence);
+  }
+  void keep(std::size_t n) { model_.keep(n); }
+
+  const DraftTree& draft_tree(std::span<const token_t> sequence, std::size_t max_nodes) {
+    const DraftTree& tree = suffix_.draft_tree(sequence, max_nodes);
+    float expected = 0;
+    for (const float s : tree.scores) expected += s;
+    from_model_ = tree.empty() || expected < min_suffix_tokens_;
+    if (!from_model_) {
+      ++suffix_rounds_;
+      return tree;
+    }
+    return model_.draft_tree(sequence, max_nodes);
+  }
+  /// The tree's best path, for a target that verifies chains only.
+  template <RoundSampler S>
+  DraftResult draft(std::span<const token_t> sequence, std::size_t k, S& sampler) {
+    detail::best_path(draft_tree(sequence, std::max<std::size_t>(k, 1) * 4), k, chain_);
+    sampler.propose(std::span<const token_t>(chain_));
+    return DraftResult{chain_.size(), Proposal::point_mass, forward_passes()};
+  }
+
+  /// Draft model forwards of the last draft_tree() (0 when the suffix tree was proposed).
+  [[nodiscard]] std::size_t forward_passes() const noexcept {
+    return from_model_ ? model_.forward_passes() : 0;
+  }
+  /// Rounds the suffix drafter proposed so far (the others were the model's).
+  [[nodiscard]] std::size_t suffix_rounds() const noexcept { return suffix_rounds_; }
+  [[nodiscard]] M& model() { return model_.model(); }
+  [[nodiscard]] SuffixDrafter& suffix() noexcept { return suffix_; }
+
+ private:
+  SuffixDrafter suffix_;
+  ModelTreeDrafter<M> model_;
+  float min_suffix_tokens_;
+  bool from_model_ = false;
+  std::size_t suffix_rounds_ = 0;
+  std::vector<token_t> chain_;
 };
 
 // ------------------------------------------------------------------------------ adaptive k

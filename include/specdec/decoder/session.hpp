@@ -70,6 +70,11 @@ struct SpeculativeOptions {
   /// per unit of cost. Empty: the guess C(n) = 1 + tree_node_cost * n.
   std::vector<double> tree_cost{};
   double tree_node_cost = 0.15;  ///< the guess's cost of one more node, in target steps
+  /// Tree rounds: the cost of one draft forward in target steps (D / T(1), measured); the
+  /// drafting of a round (its forward_passes()) is spent whatever the tree keeps, but it is part
+  /// of the round's time, so the rate to maximise is (1 + sum of scores) / (C(n) + passes * this).
+  /// 0: the drafting is left out (a model-free drafter).
+  double tree_draft_cost = 0;
 };
 
 namespace detail {
@@ -371,15 +376,15 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
         round_.draft_length = std::min({options_.max_tree_nodes, target_->context_length() - length,
                                         drafter.max_draft(length)});
         double seconds = 0;
+        std::size_t forwards = 0;  // the drafter's model forwards
         {
           ScopedTimer timer(seconds);
           const DraftTree& tree =
               drafter.draft_tree(std::span<const token_t>(sequence_), round_.draft_length);
-          target_tree(tree, round_.draft_length, emitter_->remaining() - 1);
+          if constexpr (requires { drafter.forward_passes(); }) forwards = drafter.forward_passes();
+          target_tree(tree, round_.draft_length, emitter_->remaining() - 1, forwards);
         }
         round_.draft_seconds = seconds;
-        std::size_t forwards = 0;
-        if constexpr (requires { drafter.forward_passes(); }) forwards = drafter.forward_passes();
         draft_ = DraftResult{tree_tokens_.size() - 1, Proposal::point_mass, forwards};
         return;
       }
@@ -519,6 +524,8 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
                     ": each C(n) must be a positive cost in target steps");
     if (!(options.tree_node_cost >= 0) || options.tree_node_cost > 1e9)
       throw Error(std::string(name_) + ": tree_node_cost must be >= 0");
+    if (!(options.tree_draft_cost >= 0) || options.tree_draft_cost > 1e9)
+      throw Error(std::string(name_) + ": tree_draft_cost must be >= 0");
     if (options.max_tree_nodes > 0 && options.adaptive)
       throw Error(std::string(name_) +
                   ": tree rounds choose their size from max_tree_nodes; "
@@ -611,8 +618,10 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   }
 
   /// The target's tree for the drafter's `tree`: node 0 the sequence's last token, then the
-  /// drafter's nodes of depth < max_depth (at most max_nodes of them), parents renumbered.
-  void target_tree(const DraftTree& tree, std::size_t max_nodes, std::size_t max_depth) {
+  /// drafter's nodes of depth < max_depth (at most max_nodes of them), parents renumbered; the
+  /// drafting took `draft_passes` draft forwards.
+  void target_tree(const DraftTree& tree, std::size_t max_nodes, std::size_t max_depth,
+                   std::size_t draft_passes) {
     if (tree.parents.size() != tree.size())
       throw Error(std::string(name_) + ": the drafter's tree has " + std::to_string(tree.size()) +
                   " tokens but " + std::to_string(tree.parents.size()) + " parents");
@@ -637,14 +646,15 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
       tree_score_.push_back(i < tree.scores.size() ? tree.scores[i] : 1.0);
     }
     // The cost model: keep the first n nodes (a prefix keeps every node's parent) for the n that
-    // maximises the expected tokens per unit of cost, (1 + sum of scores) / C(n).
+    // maximises the expected tokens per unit of cost, (1 + sum of scores) / (C(n) + drafting).
     std::size_t best = 0;
     double best_rate = 0, expected = 1;
+    const double drafting = static_cast<double>(draft_passes) * options_.tree_draft_cost;
     for (std::size_t n = 0; n < tree_tokens_.size(); ++n) {
       if (n > 0) expected += tree_score_[n];
-      const double cost = n < options_.tree_cost.size()
-                              ? options_.tree_cost[n]
-                              : 1.0 + options_.tree_node_cost * static_cast<double>(n);
+      const double cost = drafting + (n < options_.tree_cost.size()
+                                          ? options_.tree_cost[n]
+                                          : 1.0 + options_.tree_node_cost * static_cast<double>(n));
       if (expected / cost > best_rate) {
         best_rate = expected / cost;
         best = n;

@@ -18,6 +18,7 @@
 // visitor; a server keeps one engine per session type (specdec/serve/engine.hpp).
 
 #include <cstddef>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,7 @@ struct DecodeSetup {
     lookup_model,  ///< n-gram lookup, the draft model when it finds nothing
     suffix,        ///< suffix decoding: frequent continuations as trees (SuffixDrafter)
     model_tree,    ///< a draft model's trees (ModelTreeDrafter; a TreeCausalLM backend)
+    suffix_model,  ///< suffix trees, the draft model's when the match is weak (a TreeCausalLM)
   };
   Drafter drafter = Drafter::none;
   std::size_t k = 4;          ///< draft length (fixed), or the largest with adaptive
@@ -54,9 +56,13 @@ struct DecodeSetup {
   /// Adaptive k: C(k) for k = 0 .. max_k, measured (cost_model.hpp); empty: the guessed cost.
   /// Suffix trees: C(n) for trees of n = 0 .. tree_nodes nodes (SpeculativeOptions::tree_cost).
   std::vector<double> round_cost{};
+  /// Draft model trees: one draft forward in target steps, D / T(1), measured
+  /// (SpeculativeOptions::tree_draft_cost); 0: the drafting is left out of the cost model.
+  double draft_step_cost = 0;
   std::size_t draft_min = 0;  ///< proposals shorter than this are not verified (--draft-min)
   /// Suffix drafter: trees of at most this many nodes per round (0: chains of k, its best path).
   std::size_t tree_nodes = 16;
+  ModelTreeOptions model_tree_shape{};  ///< draft model trees: branching and depth
   TreeShape suffix_shape{};             ///< suffix drafter: min_score, min_match (max_nodes: above)
   SuffixIndex::Options suffix_index{};  ///< suffix drafter: window depth, memory bound
   /// Suffix drafter: an index of earlier responses that every session shares (a server's), or
@@ -66,7 +72,18 @@ struct DecodeSetup {
   /// Whether the setup drafts with a draft model (model, lookup_model).
   [[nodiscard]] bool uses_draft_model() const {
     return drafter == Drafter::model || drafter == Drafter::lookup_model ||
-           drafter == Drafter::model_tree;
+           drafter == Drafter::model_tree || drafter == Drafter::suffix_model;
+  }
+  /// The nodes of each round's tree (SpeculativeOptions::max_tree_nodes; 0: chains).
+  [[nodiscard]] std::size_t max_tree_nodes() const {
+    return drafter == Drafter::suffix || drafter == Drafter::model_tree ||
+                   drafter == Drafter::suffix_model
+               ? tree_nodes
+               : 0;
+  }
+  /// Whether the setup drafts with the suffix drafter (suffix, suffix_model).
+  [[nodiscard]] bool uses_suffix() const {
+    return drafter == Drafter::suffix || drafter == Drafter::suffix_model;
   }
 
   /// "baseline", "draft model k=4", "n-gram (n<=3) adaptive k", ...
@@ -86,11 +103,28 @@ struct DecodeSetup {
         return "n-gram (n=" + std::to_string(ngram_min) + ".." + std::to_string(ngram) + ") + " +
                model + " " + k_text;
       case Drafter::model_tree:
-        return model + " trees<=" + std::to_string(tree_nodes);
+        return model + " trees<=" + std::to_string(tree_nodes) + " " + tree_shape_text();
       case Drafter::suffix:
         return tree_nodes > 0 ? "suffix trees<=" + std::to_string(tree_nodes) : "suffix " + k_text;
+      case Drafter::suffix_model:
+        return "suffix + " + model + " trees<=" + std::to_string(tree_nodes) + " " +
+               tree_shape_text();
     }
     return "?";
+  }
+
+  /// "top2 depth6 p>=0.01": the draft model trees' shape, for labels.
+  [[nodiscard]] std::string tree_shape_text() const {
+    const ModelTreeOptions& t = model_tree_shape;
+    std::string text = "top" + std::to_string(t.branch) + " depth" + std::to_string(t.max_depth);
+    char cut[48];
+    std::snprintf(cut, sizeof cut, " p>=%g", static_cast<double>(t.min_score));
+    text += cut;
+    if (t.split > 0) {
+      std::snprintf(cut, sizeof cut, " split>=%g", static_cast<double>(t.split));
+      text += cut;
+    }
+    return text;
   }
 
   /// The session's options: k or adaptive k (within [max(1, draft_min), max_k]), draft_min.
@@ -99,9 +133,10 @@ struct DecodeSetup {
     options.k = k;
     options.adaptive = adaptive;
     options.min_draft = draft_min;
-    if (drafter == Drafter::suffix || drafter == Drafter::model_tree) {
+    if (max_tree_nodes() > 0 || drafter == Drafter::suffix) {
       options.max_tree_nodes = tree_nodes;
       if (tree_nodes > 0 && round_cost.size() > tree_nodes) options.tree_cost = round_cost;
+      if (drafter != Drafter::suffix) options.tree_draft_cost = draft_step_cost;
     }
     if (adaptive) {
       options.adaptive_options.min_k = std::max<std::size_t>(1, draft_min);
@@ -140,6 +175,8 @@ template <class LM>
 using SuffixSession = SpeculativeSession<SuffixDrafter, LM>;
 template <TreeCausalLM LM>
 using ModelTreeSession = SpeculativeSession<ModelTreeDrafter<LM>, LM>;
+template <TreeCausalLM LM>
+using SuffixModelSession = SpeculativeSession<SuffixThenModelDrafter<LM>, LM>;
 
 /// Calls f(std::type_identity<Session>{}) with the session type of `drafter` over LM.
 template <class LM, class F>
@@ -160,6 +197,14 @@ decltype(auto) with_session_type(DecodeSetup::Drafter drafter, F&& f) {
         throw Error(
             "draft model trees need a backend that scores token trees in one forward (the CPU "
             "backend): use chains (no --tree-nodes) here");
+      }
+    case DecodeSetup::Drafter::suffix_model:
+      if constexpr (TreeCausalLM<LM>) {
+        return f(std::type_identity<SuffixModelSession<LM>>{});
+      } else {
+        throw Error(
+            "suffix decoding with a draft model behind it needs a backend that scores token "
+            "trees in one forward (the CPU backend)");
       }
     case DecodeSetup::Drafter::none:
       break;
@@ -200,7 +245,13 @@ class OwnedSession<SpeculativeSession<Draft, Target>> {
       session_ = std::make_unique<Session>(*drafter_, *models.target, setup.speculative_options(),
                                            models.tokenizer, nullptr, name);
     } else if constexpr (kModelTree) {
-      drafter_.emplace(*models.draft);
+      drafter_.emplace(*models.draft, setup.model_tree_shape);
+      session_ = std::make_unique<Session>(*drafter_, *models.target, setup.speculative_options(),
+                                           models.tokenizer, models.draft_tokenizer, name);
+    } else if constexpr (kSuffixModel) {
+      drafter_.emplace(*models.draft,
+                       SuffixDrafter(setup.suffix_index, setup.shared_suffix, setup.tree_shape()),
+                       setup.model_tree_shape);
       session_ = std::make_unique<Session>(*drafter_, *models.target, setup.speculative_options(),
                                            models.tokenizer, models.draft_tokenizer, name);
     } else if constexpr (std::is_same_v<Draft, SuffixDrafter>) {
@@ -225,6 +276,13 @@ class OwnedSession<SpeculativeSession<Draft, Target>> {
   static constexpr bool kModelTree = [] {
     if constexpr (TreeCausalLM<Target>)
       return std::is_same_v<Draft, ModelTreeDrafter<Target>>;
+    else
+      return false;
+  }();
+  /// Whether Draft is a SuffixThenModelDrafter (named only for tree-capable targets).
+  static constexpr bool kSuffixModel = [] {
+    if constexpr (TreeCausalLM<Target>)
+      return std::is_same_v<Draft, SuffixThenModelDrafter<Target>>;
     else
       return false;
   }();

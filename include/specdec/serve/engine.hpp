@@ -193,7 +193,7 @@ class EngineOf final : public Engine {
            Metrics& metrics)
       : options_(options), metrics_(metrics), slots_(options.slots) {
     DecodeSetup slot_setup = setup;
-    if (setup.drafter == DecodeSetup::Drafter::suffix) {
+    if (setup.uses_suffix()) {
       // Suffix decoding: every slot's drafter also looks up the earlier responses of all slots.
       shared_suffix_ = std::make_unique<SharedSuffixIndex>(setup.suffix_index);
       slot_setup.shared_suffix = shared_suffix_.get();
