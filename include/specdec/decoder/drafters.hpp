@@ -36,6 +36,7 @@
 #include "specdec/decoder/sampler.hpp"
 #include "specdec/decoder/suffix_index.hpp"
 #include "specdec/model/causal_lm.hpp"
+#include "specdec/sampling/process.hpp"
 
 namespace specdec {
 
@@ -279,16 +280,14 @@ namespace detail {
 
 /// The `count` most likely tokens of a row of logits (highest first, the lower id on ties) and
 /// their softmax probabilities (temperature 1). A NaN or infinite logit throws, naming `who`.
+/// The scan and the softmax's total are the sampling core's vectorised passes (a scalar exp
+/// over a 152k vocabulary would cost a draft step a millisecond); `work` is their scratch.
 inline void top_tokens(std::span<const float> row, std::size_t count, std::string_view who,
-                       std::size_t position, std::vector<std::pair<token_t, float>>& out) {
+                       std::size_t position, std::vector<std::pair<token_t, float>>& out,
+                       std::vector<float>& work) {
   out.clear();
-  float max = -std::numeric_limits<float>::infinity();
-  for (std::size_t j = 0; j < row.size(); ++j) {
-    if (!std::isfinite(row[j])) throw_bad_logit(who, position, j, row[j]);
-    max = std::max(max, row[j]);
-  }
-  double total = 0;
-  for (const float x : row) total += std::exp(static_cast<double>(x - max));
+  const sampling::detail::LogitScan scan = sampling::detail::scan_logits(row.data(), row.size());
+  if (scan.bad < row.size()) throw_bad_logit(who, position, scan.bad, row[scan.bad]);
   // A small sorted list: row.size() x count comparisons at most (count is a few).
   for (std::size_t j = 0; j < row.size(); ++j) {
     if (out.size() == count && row[j] <= out.back().second) continue;
@@ -297,8 +296,10 @@ inline void top_tokens(std::span<const float> row, std::size_t count, std::strin
     out.insert(at, {static_cast<token_t>(j), row[j]});
     if (out.size() > count) out.pop_back();
   }
-  for (auto& [token, value] : out)
-    value = static_cast<float>(std::exp(static_cast<double>(value - max)) / total);
+  work.resize(row.size());
+  const auto softmax =
+      sampling::ProcessedRow<float>::plan(row, sampling::SamplingParams{}, scan.argmax, work);
+  for (auto& [token, value] : out) value = softmax.prob(static_cast<std::size_t>(token));
 }
 
 /// The best path of a best-first tree (at each level the first child found: the highest scored),
@@ -498,7 +499,7 @@ class ModelTreeDrafter {
     const std::size_t budget = std::min(max_draft(length), 4 * max_nodes);  // nodes created
     const auto add_children = [&](std::span<const float> row, std::int32_t parent, float score,
                                   std::size_t level, std::size_t position) {
-      detail::top_tokens(row, options_.branch, "draft model", position, top_);
+      detail::top_tokens(row, options_.branch, "draft model", position, top_, work_);
       for (std::size_t c = 0; c < top_.size(); ++c) {
         const auto [token, p] = top_[c];
         if (tokens.size() == budget) return;
@@ -615,6 +616,7 @@ class ModelTreeDrafter {
   DraftTree tree_;
   std::vector<token_t> chain_;
   std::vector<std::pair<token_t, float>> top_;
+  std::vector<float> work_;  ///< top_tokens' scratch
   std::size_t forwards_ = 0;
   std::vector<Pending> pending_;  ///< the model's pending tree, after pending_base_ positions
   std::size_t pending_base_ = 0;
