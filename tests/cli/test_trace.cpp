@@ -113,6 +113,36 @@ TEST_CASE("tree rounds (--suffix): the page holds each round's tree and the kept
   CHECK(trees > 0);  // the verse repeats "the earth": the suffix index has continuations
 }
 
+TEST_CASE(
+    "draft model trees and suffix trees with the draft model behind: the flags reach the "
+    "drafter, and greedy output is the baseline's",
+    "[cli]") {
+  const Traced base = traced_generation({"--baseline", "--temp", "0"});
+  for (const bool suffix : {false, true}) {
+    INFO((suffix ? "--suffix -md" : "-md --tree-nodes"));
+    std::vector<std::string> flags = {"--draft",       demo_draft(), "--tree-nodes", "6",
+                                      "--tree-topk",   "3",          "--tree-depth", "3",
+                                      "--draft-p-min", "0.05",       "--temp",       "0"};
+    if (suffix) flags.push_back("--suffix");
+    const Traced t = traced_generation(flags);
+    CHECK(t.json["tokens"] == base.json["tokens"]);
+    const std::string decoder = t.json["decoder"].get<std::string>();
+    CHECK_THAT(decoder, Catch::Matchers::Contains("trees<=6 top3 depth3 p>=0.05"));
+    CHECK_THAT(decoder,
+               Catch::Matchers::StartsWith(suffix ? "suffix + draft model" : "draft model"));
+    CHECK(t.json["tree_topk"] == 3);
+    CHECK(t.json["tree_depth"] == 3);
+    std::size_t trees = 0;
+    for (const auto& round : t.json["rounds"]) {
+      if (round["drafted"].empty()) continue;
+      ++trees;
+      REQUIRE(round["tree_parents"].size() == round["drafted"].size());
+      REQUIRE(round["drafted"].size() <= 6);
+    }
+    CHECK(trees > 0);
+  }
+}
+
 TEST_CASE("p(x) and q(x) of each drafted token are the target's and the draft's probabilities",
           "[cli]") {
   const Traced t = traced_generation(

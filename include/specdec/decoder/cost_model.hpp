@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include "specdec/common.hpp"
@@ -31,32 +32,59 @@ struct ForwardTimes {
 
 namespace detail {
 
-/// Median seconds of `model.forward` over n tokens appended after `context` cached positions,
-/// over `repeats` runs (the cache is rolled back after each). Each run starts with the model idle
-/// and ends at its completion point (specdec::synchronize): a device model's forward() returns
-/// once its work is enqueued, and a host clock read then would time the launches.
+/// Seconds of one `model.forward` over n tokens appended after `context` cached positions (the
+/// cache is rolled back after it). The run starts with the model idle and ends at its completion
+/// point (specdec::synchronize): a device model's forward() returns once its work is enqueued,
+/// and a host clock read then would time the launches.
+template <CausalLM M>
+double time_forward_once(M& model, std::size_t context, std::size_t n) {
+  const std::vector<token_t> tokens(n, token_t{0});
+  specdec::synchronize(model);
+  const auto start = std::chrono::steady_clock::now();
+  (void)model.forward(tokens);
+  specdec::synchronize(model);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  model.rollback(context);
+  return seconds;
+}
+
+/// The median of `repeats` forwards over n tokens (time_forward_once).
 template <CausalLM M>
 double time_forward(M& model, std::size_t context, std::size_t n, std::size_t repeats) {
-  const std::vector<token_t> tokens(n, token_t{0});
   std::vector<double> seconds;
-  for (std::size_t r = 0; r < repeats; ++r) {
-    specdec::synchronize(model);
-    const auto start = std::chrono::steady_clock::now();
-    (void)model.forward(tokens);
-    specdec::synchronize(model);
-    seconds.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    model.rollback(context);
-  }
+  for (std::size_t r = 0; r < repeats; ++r) seconds.push_back(time_forward_once(model, context, n));
   std::sort(seconds.begin(), seconds.end());
   return seconds[seconds.size() / 2];
+}
+
+/// The median of `repeats` sweeps: each sweep times one forward of every size in `sizes` (n
+/// tokens), so that a drift of the machine (memory bandwidth changes minute to minute) shifts
+/// every size alike instead of the sizes timed last. Two untimed sweeps first: pages, caches,
+/// and the backend's choice of threads per step size (the CPU backend measures both ways first).
+template <CausalLM M>
+std::vector<double> time_forwards(M& model, std::size_t context, std::span<const std::size_t> sizes,
+                                  std::size_t repeats) {
+  std::vector<std::vector<double>> seconds(sizes.size());
+  for (std::size_t r = 0; r < repeats + 2; ++r)
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const double s = time_forward_once(model, context, sizes[i]);
+      if (r >= 2) seconds[i].push_back(s);
+    }
+  std::vector<double> median(sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    std::sort(seconds[i].begin(), seconds[i].end());
+    median[i] = seconds[i][seconds[i].size() / 2];
+  }
+  return median;
 }
 
 }  // namespace detail
 
 /// Times T(1) .. T(max_k + 1) on `target` and one step of `draft` (when not null), each after a
 /// context of `context` positions, fewer where a model's cache is shorter (token 0 repeated: the
-/// cost of a step does not depend on the token ids), `repeats` times, the median. Leaves both
+/// cost of a step does not depend on the token ids): the median of `repeats` interleaved sweeps
+/// over the sizes (detail::time_forwards). Leaves both
 /// caches empty. The models must be idle (no sequence in progress). Throws specdec::Error when
 /// max_k + 1 tokens do not fit in the target's cache.
 template <CausalLM Target, CausalLM Draft>
@@ -73,15 +101,16 @@ ForwardTimes measure_forward_times(Target& target, Draft* draft, std::size_t max
   const std::vector<token_t> prefix(context, token_t{0});
   target.rollback(0);
   if (context > 0) (void)target.forward(prefix);
-  (void)detail::time_forward(target, context, 1, 2);  // warm-up: pages, caches, thread choice
-  for (std::size_t n = 1; n <= max_k + 1; ++n)
-    times.target.push_back(detail::time_forward(target, context, n, repeats));
+  std::vector<std::size_t> sizes(max_k + 1);
+  for (std::size_t n = 1; n <= max_k + 1; ++n) sizes[n - 1] = n;
+  times.target = detail::time_forwards(target, context, std::span<const std::size_t>(sizes), repeats);
   target.rollback(0);
   if (draft) {
     draft->rollback(0);
     if (context > 0) (void)draft->forward(prefix);
-    (void)detail::time_forward(*draft, context, 1, 2);
-    times.draft = detail::time_forward(*draft, context, 1, repeats);
+    const std::size_t one = 1;
+    times.draft = detail::time_forwards(*draft, context, std::span<const std::size_t>(&one, 1),
+                                        repeats)[0];
     draft->rollback(0);
   }
   return times;
