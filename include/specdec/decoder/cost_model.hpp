@@ -103,14 +103,15 @@ ForwardTimes measure_forward_times(Target& target, Draft* draft, std::size_t max
   if (context > 0) (void)target.forward(prefix);
   std::vector<std::size_t> sizes(max_k + 1);
   for (std::size_t n = 1; n <= max_k + 1; ++n) sizes[n - 1] = n;
-  times.target = detail::time_forwards(target, context, std::span<const std::size_t>(sizes), repeats);
+  times.target =
+      detail::time_forwards(target, context, std::span<const std::size_t>(sizes), repeats);
   target.rollback(0);
   if (draft) {
     draft->rollback(0);
     if (context > 0) (void)draft->forward(prefix);
     const std::size_t one = 1;
-    times.draft = detail::time_forwards(*draft, context, std::span<const std::size_t>(&one, 1),
-                                        repeats)[0];
+    times.draft =
+        detail::time_forwards(*draft, context, std::span<const std::size_t>(&one, 1), repeats)[0];
     draft->rollback(0);
   }
   return times;
