@@ -89,6 +89,7 @@ class MockLM {
   LogitsView extend_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents) {
     if (tokens.empty() || parents.size() != tokens.size()) throw Error("MockLM: bad tree");
     const std::size_t first = tree_tokens_.size();
+    if (first + tokens.size() > max_tree_nodes) throw Error("MockLM: tree of too many nodes");
     if (cache.size() + first + tokens.size() > context_)
       throw Error("MockLM: tree past the context");
     calls.push_back({Call::tree, {tokens.begin(), tokens.end()}, 0, cache.size()});
@@ -126,6 +127,8 @@ class MockLM {
     tree_tokens_.clear();
   }
 
+  /// Nodes a tree holds at most (as cpu::Transformer::max_tree_nodes).
+  static constexpr std::size_t max_tree_nodes = 256;
   std::vector<token_t> cache;  ///< tokens consumed (the fake KV cache)
   std::vector<Call> calls;
   std::size_t forwards = 0;

@@ -241,7 +241,8 @@ TEST_CASE(
   for (const std::uint32_t draft_seed : {21u, 22u}) {
     INFO("draft seed " << draft_seed);
     MockLM target = target_model.lm(160);
-    MockLM draft = Markov(draft_seed).lm(160);
+    const Markov draft_model(draft_seed);  // lm() refers to it: it must outlive the MockLM
+    MockLM draft = draft_model.lm(160);
     specdec::SuffixThenModelDrafter<MockLM> drafter(
         draft, specdec::SuffixDrafter({}, nullptr, {.max_nodes = 8, .min_score = 0.05f}),
         {.branch = 2, .expand = 2, .max_depth = 3});
@@ -262,4 +263,24 @@ TEST_CASE(
     sequence.insert(sequence.end(), r.tokens.begin(), r.tokens.end());
     CHECK(std::equal(draft.cache.begin(), draft.cache.end(), sequence.begin()));
   }
+}
+
+TEST_CASE("draft model trees stay within the tree a model holds (max_tree_nodes)",
+          "[decoder][tree]") {
+  // Wide and deep: 16 nodes expanded per level for 64 levels would be 1008 draft nodes, past the
+  // 256 a tree of MockLM (as of the CPU backend) holds; the drafter stops expanding there.
+  const Markov model(31);
+  const std::vector<token_t> prompt{1, 2, 3, 4, 5};
+  MockLM baseline_target = model.lm(2048);
+  const auto expected =
+      specdec::AutoregressiveDecoder(baseline_target).generate(prompt, greedy(30)).tokens;
+  MockLM target = model.lm(2048);
+  const Markov draft_model(32);
+  MockLM draft = draft_model.lm(2048);
+  specdec::ModelTreeDrafter<MockLM> trees(
+      draft, {.branch = 6, .expand = 16, .max_depth = 64, .min_score = 0.0f});
+  SpeculativeOptions options;
+  options.max_tree_nodes = 255;
+  specdec::SpeculativeDecoder dec(trees, target, options);
+  CHECK(dec.generate(prompt, greedy(30)).tokens == expected);
 }

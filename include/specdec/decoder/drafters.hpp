@@ -314,6 +314,18 @@ inline void best_path(const DraftTree& tree, std::size_t k, std::vector<token_t>
     }
 }
 
+/// A tree drafter's draft() for a target that verifies chains only: the best path of its tree of
+/// up to 4k nodes, proposed as a chain of at most k point masses (`chain` holds it).
+template <class D, RoundSampler S>
+DraftResult draft_best_path(D& drafter, std::span<const token_t> sequence, std::size_t k,
+                            S& sampler, std::vector<token_t>& chain) {
+  best_path(drafter.draft_tree(sequence, std::max<std::size_t>(k, 1) * 4), k, chain);
+  sampler.propose(std::span<const token_t>(chain));
+  std::size_t passes = 0;
+  if constexpr (requires { drafter.forward_passes(); }) passes = drafter.forward_passes();
+  return DraftResult{chain.size(), Proposal::point_mass, passes};
+}
+
 }  // namespace detail
 
 /// Capability: D proposes token trees of point masses (DraftTree: deterministic continuations,
@@ -355,9 +367,7 @@ class SuffixDrafter {
   /// target that verifies chains only.
   template <RoundSampler S>
   DraftResult draft(std::span<const token_t> sequence, std::size_t k, S& sampler) {
-    detail::best_path(draft_tree(sequence, std::max<std::size_t>(k, 1) * 4), k, chain_);
-    sampler.propose(std::span<const token_t>(chain_));
-    return DraftResult{chain_.size(), Proposal::point_mass, 0};
+    return detail::draft_best_path(*this, sequence, k, sampler, chain_);
   }
   [[nodiscard]] const TreeShape& shape() const noexcept { return shape_; }
 
@@ -526,7 +536,11 @@ class ModelTreeDrafter {
       if (frontier.empty()) break;
       std::stable_sort(frontier.begin(), frontier.end(),
                        [&](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
-      if (frontier.size() > options_.expand) frontier.resize(options_.expand);
+      std::size_t expand = options_.expand;
+      if constexpr (requires { M::max_tree_nodes; })  // the model's tree is bounded
+        expand = std::min(expand, M::max_tree_nodes - std::min(M::max_tree_nodes, pending_.size()));
+      if (frontier.size() > expand) frontier.resize(expand);
+      if (frontier.empty()) break;
       // Only the expanded nodes are scored; their parents were expanded a level before, so they
       // are in the model's tree already.
       level_tokens_.clear();
@@ -571,9 +585,7 @@ class ModelTreeDrafter {
   /// chains only.
   template <RoundSampler S>
   DraftResult draft(std::span<const token_t> sequence, std::size_t k, S& sampler) {
-    detail::best_path(draft_tree(sequence, std::max<std::size_t>(k, 1) * 4), k, chain_);
-    sampler.propose(std::span<const token_t>(chain_));
-    return DraftResult{chain_.size(), Proposal::point_mass, forwards_};
+    return detail::draft_best_path(*this, sequence, k, sampler, chain_);
   }
 
   /// Draft model forwards of the last draft_tree().
@@ -715,9 +727,7 @@ class SuffixThenModelDrafter {
   /// The tree's best path, for a target that verifies chains only.
   template <RoundSampler S>
   DraftResult draft(std::span<const token_t> sequence, std::size_t k, S& sampler) {
-    detail::best_path(draft_tree(sequence, std::max<std::size_t>(k, 1) * 4), k, chain_);
-    sampler.propose(std::span<const token_t>(chain_));
-    return DraftResult{chain_.size(), Proposal::point_mass, forward_passes()};
+    return detail::draft_best_path(*this, sequence, k, sampler, chain_);
   }
 
   /// Draft model forwards of the last draft_tree() (0 when the suffix tree was proposed).
