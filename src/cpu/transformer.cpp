@@ -558,19 +558,19 @@ std::vector<LogitsView> Transformer::forward_batch(
 
 LogitsView Transformer::forward_tree(std::span<const token_t> tokens,
                                      std::span<const std::int32_t> parents) {
-  tree_parents_.clear();
-  return score_tree(tokens, parents, "forward_tree");
+  return score_tree(tokens, parents, 0, "forward_tree");
 }
 
 LogitsView Transformer::extend_tree(std::span<const token_t> tokens,
                                     std::span<const std::int32_t> parents) {
-  return score_tree(tokens, parents, "extend_tree");
+  return score_tree(tokens, parents, tree_parents_.size(), "extend_tree");
 }
 
 LogitsView Transformer::score_tree(std::span<const token_t> tokens,
-                                   std::span<const std::int32_t> parents, const char* who) {
-  // The nodes scored before (tree_parents_) stay; the new ones follow them.
-  const std::size_t first = tree_parents_.size();
+                                   std::span<const std::int32_t> parents, std::size_t first,
+                                   const char* who) {
+  // The first `first` nodes of the pending tree (tree_parents_) stay; the new ones follow them.
+  // Nothing changes before every check has passed.
   check_input(tokens, who);
   if (first + tokens.size() > max_tree_nodes)
     throw Error(fmt::format("cpu::Transformer::{}: {} nodes, at most {} are supported", who,
@@ -592,7 +592,7 @@ LogitsView Transformer::score_tree(std::span<const token_t> tokens,
   State& s = *state_;
   s.logits.resize(tokens.size() * config_.vocab_size);
   std::vector<std::int32_t>& all = s.tree_parents;  // the whole tree: the earlier nodes, then these
-  all.assign(tree_parents_.begin(), tree_parents_.end());
+  all.assign(tree_parents_.begin(), tree_parents_.begin() + static_cast<std::ptrdiff_t>(first));
   all.insert(all.end(), parents.begin(), parents.end());
   const Segment segment{this, tokens, s.logits.data(), all, first};
   chosen_step(std::span(&segment, 1), tokens.size());

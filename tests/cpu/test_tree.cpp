@@ -226,6 +226,8 @@ TEST_CASE(
   model.rollback(3);
 
   model.forward_tree(tokens, std::vector<std::int32_t>{-1, 0, 0});
+  // A refused tree leaves the pending one as it was.
+  refused([&] { model.forward_tree(tokens, std::vector<std::int32_t>{-1, 2, 0}); }, "has parent 2");
   refused([&] { model.accept_path(std::vector<std::size_t>{1}); }, "has parent 0, not -1");
   refused([&] { model.accept_path(std::vector<std::size_t>{0, 1, 2}); }, "has parent 0, not 1");
   refused([&] { model.accept_path(std::vector<std::size_t>{0, 3}); }, "not in the tree of 3");

@@ -223,9 +223,10 @@ class Transformer {
   /// Throws (naming `who`) when `tokens` cannot be appended: empty, past the context, a token
   /// outside the vocabulary.
   void check_input(std::span<const token_t> tokens, const char* who) const;
-  /// forward_tree() and extend_tree(): scores `tokens` as nodes after those of tree_parents_.
+  /// forward_tree() (first = 0) and extend_tree() (first = the pending nodes): scores `tokens`
+  /// as nodes first, first + 1, ... after the first `first` nodes of tree_parents_.
   LogitsView score_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents,
-                        const char* who);
+                        std::size_t first, const char* who);
 
   ModelConfig config_;
   std::shared_ptr<const WeightStore> weights_;
