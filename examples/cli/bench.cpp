@@ -467,10 +467,7 @@ nlohmann::json results_json(const BenchOptions& o, const Measurement& m) {
         // timed before decoding (sampling and bookkeeping left out, on both sides).
         const double draft_seconds =
             s.drafter == DecodeSetup::Drafter::model ? m.draft_step.at(s.draft_head)
-            : (s.drafter == DecodeSetup::Drafter::lookup_model ||
-               s.drafter == DecodeSetup::Drafter::model_tree ||
-               s.drafter == DecodeSetup::Drafter::suffix_model) &&
-                    t.rounds
+            : (s.drafter == DecodeSetup::Drafter::lookup_model || s.uses_model_trees()) && t.rounds
                 ? m.draft_step.at(s.draft_head) * static_cast<double>(t.draft_passes) /
                       std::max<double>(1.0, static_cast<double>(t.drafted))
                 : 0.0;
@@ -525,8 +522,7 @@ nlohmann::json results_json(const BenchOptions& o, const Measurement& m) {
           row["tree_nodes"] = s.tree_nodes;
           if (s.tree_nodes > 0) row["k"] = nullptr;  // a tree round drafts up to tree_nodes
         }
-        if (s.drafter == DecodeSetup::Drafter::model_tree ||
-            s.drafter == DecodeSetup::Drafter::suffix_model) {
+        if (s.uses_model_trees()) {
           row["tree_topk"] = s.model_tree_shape.branch;
           row["tree_depth"] = s.model_tree_shape.max_depth;
           row["draft_p_min"] = s.model_tree_shape.min_score;

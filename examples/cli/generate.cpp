@@ -194,8 +194,7 @@ nlohmann::json settings_json(const GenerateOptions& o, const GeneratePlan& plan,
   if (setup.drafter == DecodeSetup::Drafter::ngram) settings["ngram"] = setup.ngram;
   if (setup.uses_suffix()) settings["suffix_min_prob"] = setup.suffix_shape.min_score;
   if (setup.max_tree_nodes() > 0) settings["tree_nodes"] = setup.tree_nodes;
-  if (setup.drafter == DecodeSetup::Drafter::model_tree ||
-      setup.drafter == DecodeSetup::Drafter::suffix_model) {
+  if (setup.uses_model_trees()) {
     settings["tree_topk"] = setup.model_tree_shape.branch;
     settings["tree_depth"] = setup.model_tree_shape.max_depth;
   }

@@ -76,10 +76,11 @@ struct DecodeSetup {
   }
   /// The nodes of each round's tree (SpeculativeOptions::max_tree_nodes; 0: chains).
   [[nodiscard]] std::size_t max_tree_nodes() const {
-    return drafter == Drafter::suffix || drafter == Drafter::model_tree ||
-                   drafter == Drafter::suffix_model
-               ? tree_nodes
-               : 0;
+    return drafter == Drafter::suffix || uses_model_trees() ? tree_nodes : 0;
+  }
+  /// Whether the setup drafts the draft model's trees (model_tree, suffix_model).
+  [[nodiscard]] bool uses_model_trees() const {
+    return drafter == Drafter::model_tree || drafter == Drafter::suffix_model;
   }
   /// Whether the setup drafts with the suffix drafter (suffix, suffix_model).
   [[nodiscard]] bool uses_suffix() const {
@@ -133,10 +134,10 @@ struct DecodeSetup {
     options.k = k;
     options.adaptive = adaptive;
     options.min_draft = draft_min;
-    if (max_tree_nodes() > 0 || drafter == Drafter::suffix) {
+    if (max_tree_nodes() > 0) {
       options.max_tree_nodes = tree_nodes;
       if (tree_nodes > 0 && round_cost.size() > tree_nodes) options.tree_cost = round_cost;
-      if (drafter != Drafter::suffix) options.tree_draft_cost = draft_step_cost;
+      if (uses_model_trees()) options.tree_draft_cost = draft_step_cost;
     }
     if (adaptive) {
       options.adaptive_options.min_k = std::max<std::size_t>(1, draft_min);
