@@ -32,8 +32,10 @@ struct GraphKey {
   int tokens = 0;
   int splits = 0;
   std::uint64_t epilogue = 0;
+  bool tree = false;  ///< a token tree's step (other attention and rotary kernels)
   bool operator<(const GraphKey& o) const {
-    return std::tie(tokens, splits, epilogue) < std::tie(o.tokens, o.splits, o.epilogue);
+    return std::tie(tokens, splits, epilogue, tree) <
+           std::tie(o.tokens, o.splits, o.epilogue, o.tree);
   }
 };
 

@@ -20,9 +20,14 @@
 // beyond (activations converted to Options::weights' 16-bit type; matrices of another type
 // dequantised to it in row chunks of a scratch buffer before each product).
 // Steps with n <= 16 are captured into CUDA graphs (host/graph.hpp) keyed by (n, attention
-// splits, the key of appended work) and replayed. The token ids and the start position reach the
-// device through a ring of pinned staging slots, each reused only after the copies that last read
-// it have run (an event per slot), so consecutive steps are enqueued without waiting for the GPU.
+// splits, the key of appended work, tree or not) and replayed.
+// Token trees (forward_tree, extend_tree): one skinny step whose rows are tree nodes, written to
+// the slots after the prefix in node order; the rotary kernel rotates each for its depth and the
+// attention reads each row's path (kernels/attention.hpp, TreeRows, staged like the token ids).
+// accept_path() moves the kept path's K/V rows into place (kernels/kv_path.hpp). The token ids and
+// the start position reach the device through a ring of pinned staging slots, each reused only
+// after the copies that last read it have run (an event per slot), so consecutive steps are
+// enqueued without waiting for the GPU.
 #include "specdec/cuda/transformer.hpp"
 
 #include <cuda_runtime.h>
@@ -45,6 +50,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/kv_path.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope_kv.hpp"
 #include "kernels/skinny_gemm.hpp"
@@ -58,6 +64,8 @@ namespace specdec::cuda {
 namespace {
 
 constexpr int kGraphMaxTokens = kernels::kSkinnyMaxTokens;
+static_assert(Transformer::max_tree_nodes == kernels::kMaxTreeNodes &&
+              kernels::kMaxTreeNodes <= kGraphMaxTokens);
 /// Pinned staging slots for the per-step token ids and start position (a draft round enqueues up
 /// to k steps before the host waits).
 constexpr std::size_t kStagingSlots = 8;
@@ -189,6 +197,7 @@ struct Transformer::Impl {
   // Per step: [step_tokens] rows.
   DeviceArray<token_t> tokens;
   DeviceArray<int> start;
+  DeviceArray<kernels::TreeRows> tree_rows;  // [1]: the tree shape of a tree step's rows
   DeviceArray<float> h, xn, qkv, q, att, delta, gate_up, act, attn_work;
   DeviceArray<std::uint16_t> x16;  // prefill: activations for cuBLAS, [step_tokens][max in]
   DeviceArray<std::uint16_t> w16;  // prefill: a row chunk of a dequantised matrix (may be empty)
@@ -197,14 +206,18 @@ struct Transformer::Impl {
   std::size_t last_rows = 0;
   // Staging ring: slot s holds the ids and start position of a step whose copies were
   // enqueued before staging_done[s] was recorded.
-  PinnedArray<token_t> staging_tokens;  // [kStagingSlots][step_tokens]
-  PinnedArray<int> staging_start;       // [kStagingSlots]
+  PinnedArray<token_t> staging_tokens;          // [kStagingSlots][step_tokens]
+  PinnedArray<int> staging_start;               // [kStagingSlots]
+  PinnedArray<kernels::TreeRows> staging_tree;  // [kStagingSlots]
   cudaEvent_t staging_done[kStagingSlots] = {};
   std::size_t staging_next = 0;
   PinnedArray<float> host_logits;
 
   std::unique_ptr<GraphCache> graphs;
   GraphStats stats;
+  /// The parents of the tree scored since the cache last changed (forward_tree, extend_tree):
+  /// its nodes' K/V are in the slots cached, cached + 1, ...; empty when there is none.
+  std::vector<std::int32_t> tree_parents;
 
   ~Impl() {
     graphs.reset();
@@ -273,8 +286,9 @@ struct Transformer::Impl {
     }
   }
 
-  /// Enqueues the whole network for n tokens (ids in `tokens`, position in `start`).
-  void layers_pass(int n, int chunk, int splits, float* logits_out, cudaStream_t s) {
+  /// Enqueues the whole network for n tokens (ids in `tokens`, position in `start`; a tree's
+  /// shape in `tree_rows` when `tree`).
+  void layers_pass(int n, int chunk, int splits, bool tree, float* logits_out, cudaStream_t s) {
     const ModelConfig& c = config;
     const std::size_t dim = c.dim, hd = c.head_dim, ffn = c.ffn_dim;
     const float eps = c.rms_norm_eps;
@@ -304,6 +318,7 @@ struct Transformer::Impl {
       r.k_cache = k_cache.get() + li * kv_layer_bytes();
       r.v_cache = v_cache.get() + li * kv_layer_bytes();
       r.capacity = static_cast<int>(capacity);
+      r.tree = tree ? tree_rows.get() : nullptr;
       kernels::rope_kv_write(r, s);
 
       kernels::AttentionParams a;
@@ -322,6 +337,7 @@ struct Transformer::Impl {
       a.splits = splits;
       a.partial = attn_work.get();
       a.out = att.get();
+      a.tree = r.tree;
       kernels::attention(a, s, attention_warps);
 
       gemm(L.o, att.get(), delta.get(), n, s);
@@ -338,9 +354,12 @@ struct Transformer::Impl {
 
   /// One step of n tokens: ids from the host (host_ids) or from device memory (device_ids),
   /// logits into logits_out; `epilogue` (last step of a forward only) is enqueued after it, with
-  /// the forward's logits (forward_logits), and captured with it.
+  /// the forward's logits (forward_logits), and captured with it. With `tree` the tokens are
+  /// nodes tree->first ... of a token tree (n <= 16), written after the tree's earlier nodes,
+  /// and cached does not move.
   void step(const token_t* host_ids, const token_t* device_ids, int n, float* logits_out,
-            const float* forward_logits, const StepEpilogue* epilogue) {
+            const float* forward_logits, const StepEpilogue* epilogue,
+            const kernels::TreeRows* tree = nullptr) {
     // A staging slot is reused once the copies that last read it have run.
     const std::size_t slot = staging_next++ % kStagingSlots;
     SPECDEC_CUDA_CHECK(cudaEventSynchronize(staging_done[slot]));
@@ -354,23 +373,30 @@ struct Transformer::Impl {
       SPECDEC_CUDA_CHECK(
           cudaMemcpyAsync(tokens.get(), device_ids, bytes, cudaMemcpyDeviceToDevice, stream));
     }
-    *start_position = static_cast<int>(cached);
+    const int first_slot = static_cast<int>(cached) + (tree != nullptr ? tree->first : 0);
+    *start_position = first_slot;
     SPECDEC_CUDA_CHECK(
         cudaMemcpyAsync(start.get(), start_position, sizeof(int), cudaMemcpyHostToDevice, stream));
+    if (tree != nullptr) {
+      kernels::TreeRows* staged = staging_tree.get() + slot;
+      *staged = *tree;
+      SPECDEC_CUDA_CHECK(cudaMemcpyAsync(tree_rows.get(), staged, sizeof(kernels::TreeRows),
+                                         cudaMemcpyHostToDevice, stream));
+    }
     SPECDEC_CUDA_CHECK(cudaEventRecord(staging_done[slot], stream));
 
-    const int kv_len = static_cast<int>(cached) + n;
+    const int kv_len = first_slot + n;
     auto run_epilogue = [&](cudaStream_t s) {
       if (epilogue != nullptr) epilogue->enqueue(s, forward_logits);
     };
     if (n <= kGraphMaxTokens) {
       const int splits = kernels::attention_splits(kv_len, attention_chunk);
       auto record = [&](cudaStream_t s) {
-        layers_pass(n, attention_chunk, splits, logits_out, s);
+        layers_pass(n, attention_chunk, splits, tree != nullptr, logits_out, s);
         run_epilogue(s);
       };
       if (options.cuda_graphs && logits_out == logits.get()) {
-        const GraphKey key{n, splits, epilogue != nullptr ? epilogue->key : 0};
+        const GraphKey key{n, splits, epilogue != nullptr ? epilogue->key : 0, tree != nullptr};
         ++(graphs->run(key, record) ? stats.captures : stats.replays);
       } else {
         record(stream);
@@ -379,11 +405,71 @@ struct Transformer::Impl {
     } else {
       // Prefill: one split over the whole cache (parallelism comes from the many query rows).
       const int chunk = static_cast<int>((capacity + 31) / 32 * 32);
-      layers_pass(n, chunk, 1, logits_out, stream);
+      layers_pass(n, chunk, 1, false, logits_out, stream);
       run_epilogue(stream);
       ++stats.direct;
     }
-    cached += static_cast<std::size_t>(n);
+    if (tree == nullptr) cached += static_cast<std::size_t>(n);
+  }
+
+  /// Grows the logits buffer to `rows` rows (at least 16), waiting for the old one's users.
+  void reserve_logits(std::size_t rows) {
+    if (rows <= logits_rows) return;
+    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffer may still be in use
+    logits_rows = std::max<std::size_t>(rows, kGraphMaxTokens);
+    logits = DeviceArray<float>(logits_rows * config.vocab_size);
+    graphs->clear();  // they write into the old buffer
+  }
+
+  /// forward_tree() (first = 0) and extend_tree() (first = the pending tree's nodes): scores
+  /// `tokens` as nodes first, first + 1, ... after the pending tree's first `first` nodes.
+  /// Nothing changes before every check has passed.
+  LogitsView score_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents,
+                        std::size_t first, const char* who) {
+    const std::size_t n = tokens.size();
+    if (n == 0) throw Error(fmt::format("cuda::Transformer::{}: no tokens", who));
+    if (first + n > max_tree_nodes)
+      throw Error(fmt::format("cuda::Transformer::{}: {} nodes, at most {} are supported", who,
+                              first + n, max_tree_nodes));
+    if (n > capacity - cached - first)
+      throw Error(fmt::format(
+          "cuda::Transformer::{}: {} cached + {} tree nodes + {} new ones exceed the context "
+          "length {}",
+          who, cached, first, n, capacity));
+    if (parents.size() != n)
+      throw Error(
+          fmt::format("cuda::Transformer::{}: {} tokens but {} parents", who, n, parents.size()));
+    for (std::size_t i = 0; i < n; ++i) {
+      if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= config.vocab_size)
+        throw Error(
+            fmt::format("cuda::Transformer::{}: token {} (at {}) is outside the vocabulary [0, {})",
+                        who, tokens[i], i, config.vocab_size));
+      if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(first + i))
+        throw Error(fmt::format(
+            "cuda::Transformer::{}: node {} has parent {} (must be -1, the cached prefix, or a "
+            "node before it)",
+            who, first + i, parents[i]));
+    }
+    // The whole tree: the pending tree's first nodes, then these; each row's depth and path.
+    std::vector<std::int32_t> all(tree_parents.begin(),
+                                  tree_parents.begin() + static_cast<std::ptrdiff_t>(first));
+    all.insert(all.end(), parents.begin(), parents.end());
+    std::vector<int> depth(all.size(), 0);
+    for (std::size_t i = 0; i < all.size(); ++i)
+      depth[i] = all[i] < 0 ? 0 : depth[static_cast<std::size_t>(all[i])] + 1;
+    kernels::TreeRows rows;
+    rows.first = static_cast<int>(first);
+    for (std::size_t t = 0; t < n; ++t) {
+      const std::size_t node = first + t;
+      rows.depth[t] = depth[node];
+      for (auto v = static_cast<std::int32_t>(node); v >= 0; v = all[static_cast<std::size_t>(v)])
+        rows.ancestor[t][depth[static_cast<std::size_t>(v)]] = v;
+    }
+    reserve_logits(n);
+    step(tokens.data(), nullptr, static_cast<int>(n), logits.get(), logits.get(), nullptr, &rows);
+    tree_parents.swap(all);
+    last_rows = n;
+    return LogitsView{logits.get(), n, config.vocab_size, Memory::device};
   }
 
   /// forward() for ids on the host or in device memory.
@@ -407,12 +493,8 @@ struct Transformer::Impl {
     }
     if (epilogue != nullptr && (epilogue->key == 0 || !epilogue->enqueue))
       throw Error("cuda::Transformer::forward: a step epilogue needs a nonzero key and work");
-    if (count > logits_rows) {
-      SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffer may still be in use
-      logits_rows = std::max<std::size_t>(count, kGraphMaxTokens);
-      logits = DeviceArray<float>(logits_rows * c.vocab_size);
-      graphs->clear();  // they write into the old buffer
-    }
+    reserve_logits(count);
+    tree_parents.clear();  // its slots are overwritten
     const std::size_t before = cached;
     try {
       for (std::size_t first = 0; first < count; first += step_tokens) {
@@ -537,6 +619,7 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
   const std::size_t S = m.step_tokens;
   m.tokens = DeviceArray<token_t>(S);
   m.start = DeviceArray<int>(1);
+  m.tree_rows = DeviceArray<kernels::TreeRows>(1);
   m.h = DeviceArray<float>(S * c.dim);
   m.xn = DeviceArray<float>(S * c.dim);
   m.qkv = DeviceArray<float>(S * (c.q_dim() + 2 * c.kv_dim()));
@@ -573,6 +656,7 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
       static_cast<int>(c.head_dim)));
   m.staging_tokens = PinnedArray<token_t>(kStagingSlots * S);
   m.staging_start = PinnedArray<int>(kStagingSlots);
+  m.staging_tree = PinnedArray<kernels::TreeRows>(kStagingSlots);
   for (cudaEvent_t& e : m.staging_done)
     SPECDEC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
@@ -597,6 +681,48 @@ void Transformer::rollback(std::size_t n) {
                             impl_->cached));
   }
   impl_->cached = n;
+  impl_->tree_parents.clear();
+}
+
+LogitsView Transformer::forward_tree(std::span<const token_t> tokens,
+                                     std::span<const std::int32_t> parents) {
+  return impl_->score_tree(tokens, parents, 0, "forward_tree");
+}
+
+LogitsView Transformer::extend_tree(std::span<const token_t> tokens,
+                                    std::span<const std::int32_t> parents) {
+  return impl_->score_tree(tokens, parents, impl_->tree_parents.size(), "extend_tree");
+}
+
+void Transformer::accept_path(std::span<const std::size_t> path) {
+  Impl& m = *impl_;
+  const std::vector<std::int32_t>& tree = m.tree_parents;
+  if (tree.empty())
+    throw Error(
+        "cuda::Transformer::accept_path: no forward_tree() or extend_tree() since the cache last "
+        "changed (a path is kept right after the tree was scored)");
+  for (std::size_t k = 0; k < path.size(); ++k) {
+    if (path[k] >= tree.size())
+      throw Error(
+          fmt::format("cuda::Transformer::accept_path: node {} (at {} of the path) is not in the "
+                      "tree of {} nodes",
+                      path[k], k, tree.size()));
+    const std::int64_t want = k == 0 ? -1 : static_cast<std::int64_t>(path[k - 1]);
+    if (tree[path[k]] != want)
+      throw Error(fmt::format(
+          "cuda::Transformer::accept_path: node {} (at {} of the path) has parent {}, not {}",
+          path[k], k, tree[path[k]], want));
+  }
+  kernels::KvPath kept;
+  kept.count = static_cast<int>(path.size());
+  for (std::size_t k = 0; k < path.size(); ++k) kept.node[k] = static_cast<int>(path[k]);
+  const ModelConfig& c = m.config;
+  kernels::kv_keep_path(m.k_cache.get(), m.v_cache.get(),
+                        static_cast<int>(c.n_layers * c.n_kv_heads), static_cast<int>(m.capacity),
+                        static_cast<int>(c.head_dim * kv_type_bytes(m.kvtype)),
+                        static_cast<int>(m.cached), kept, m.stream);
+  m.cached += path.size();
+  m.tree_parents.clear();
 }
 
 void Transformer::synchronize() { SPECDEC_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }

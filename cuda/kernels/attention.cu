@@ -18,6 +18,11 @@
 // read from memory once. Larger R re-reads tiles per row group (from L2); prefill is correct but
 // not tuned.
 // No atomics: the result is deterministic, and the partials are combined in split order.
+//
+// Token trees (kTree, attention.hpp): the tree's nodes' K/V (at most 16 rows) are staged in
+// shared memory once per block; a row reads a key position below the prefix from the tile as
+// above, and position prefix + e from its path's node at depth e. Tiles that hold no tree
+// position take the plain path unchanged.
 #include <algorithm>
 
 #include "common/check.hpp"
@@ -34,21 +39,58 @@ constexpr int kRowsPerWarp = 4;  // query rows whose softmax state a warp keeps 
 constexpr int kKPad = 4;         // floats of padding per K row in shared memory
 
 struct Smem {
-  float* k;  // [kTile][head_dim + kKPad]
-  float* v;  // [kTile][head_dim]
-  float* q;  // [rows per group][head_dim]
-  float* p;  // [warps][kTile]
+  float* k;   // [kTile][head_dim + kKPad]
+  float* v;   // [kTile][head_dim]
+  float* q;   // [rows per group][head_dim]
+  float* p;   // [warps][kTile]
+  float* tk;  // trees only: [kMaxTreeNodes][head_dim + kKPad], the tree's K rows
+  float* tv;  // trees only: [kMaxTreeNodes][head_dim]
 };
 
-SPECDEC_HD constexpr std::size_t smem_floats(int head_dim, int warps) {
+SPECDEC_HD constexpr std::size_t smem_floats(int head_dim, int warps, bool tree) {
   return static_cast<std::size_t>(kTile) * (head_dim + kKPad) +
          static_cast<std::size_t>(kTile) * head_dim +
          static_cast<std::size_t>(warps) * kRowsPerWarp * head_dim +
-         static_cast<std::size_t>(warps) * kTile;
+         static_cast<std::size_t>(warps) * kTile +
+         (tree ? static_cast<std::size_t>(kMaxTreeNodes) * (2 * head_dim + kKPad) : 0);
 }
 
-// Loads keys [tile0, tile0 + 32) of one KV head into shared memory as f32; keys at or beyond
-// `end` become zeros (never uninitialised cache memory: 0 * NaN would poison the sums).
+// Copies head dimensions [d, d + 8) of cache row `key` (K and V) into shared-memory rows as f32;
+// a key at or beyond `end` becomes zeros (never uninitialised cache memory: 0 * NaN would poison
+// the sums).
+template <class Cache>
+SPECDEC_DEVICE void load_kv8(const Cache* k_head, const Cache* v_head, int key, int end, int hd,
+                             int d, float* k_row, float* v_row) {
+  float kv[8];
+  float vv[8];
+  if (key < end) {
+    const Cache* kp = k_head + static_cast<std::size_t>(key) * hd + d;
+    const Cache* vp = v_head + static_cast<std::size_t>(key) * hd + d;
+    if constexpr (sizeof(Cache) == 2) {
+      unpack8(*reinterpret_cast<const uint4*>(kp), kv, Cache{});
+      unpack8(*reinterpret_cast<const uint4*>(vp), vv, Cache{});
+    } else {
+      const auto* k4 = reinterpret_cast<const float4*>(kp);
+      const auto* v4 = reinterpret_cast<const float4*>(vp);
+      const float4 k0 = k4[0], k1 = k4[1], v0 = v4[0], v1 = v4[1];
+      kv[0] = k0.x, kv[1] = k0.y, kv[2] = k0.z, kv[3] = k0.w;
+      kv[4] = k1.x, kv[5] = k1.y, kv[6] = k1.z, kv[7] = k1.w;
+      vv[0] = v0.x, vv[1] = v0.y, vv[2] = v0.z, vv[3] = v0.w;
+      vv[4] = v1.x, vv[5] = v1.y, vv[6] = v1.z, vv[7] = v1.w;
+    }
+  } else {
+    SPECDEC_UNROLL
+    for (int e = 0; e < 8; ++e) kv[e] = vv[e] = 0.0f;
+  }
+  auto* kd = reinterpret_cast<float4*>(k_row + d);
+  auto* vd = reinterpret_cast<float4*>(v_row + d);
+  kd[0] = make_float4(kv[0], kv[1], kv[2], kv[3]);
+  kd[1] = make_float4(kv[4], kv[5], kv[6], kv[7]);
+  vd[0] = make_float4(vv[0], vv[1], vv[2], vv[3]);
+  vd[1] = make_float4(vv[4], vv[5], vv[6], vv[7]);
+}
+
+// Loads keys [tile0, tile0 + 32) of one KV head into shared memory (keys from `end` on: zeros).
 template <class Cache>
 SPECDEC_DEVICE void load_tile(const Cache* k_head, const Cache* v_head, int tile0, int end, int hd,
                               const Smem& s) {
@@ -56,47 +98,39 @@ SPECDEC_DEVICE void load_tile(const Cache* k_head, const Cache* v_head, int tile
   for (int idx = static_cast<int>(threadIdx.x); idx < kTile * chunks_per_key;
        idx += static_cast<int>(blockDim.x)) {
     const int j = idx / chunks_per_key;
-    const int d = (idx % chunks_per_key) * 8;
-    const int key = tile0 + j;
-    float kv[8];
-    float vv[8];
-    if (key < end) {
-      const Cache* kp = k_head + static_cast<std::size_t>(key) * hd + d;
-      const Cache* vp = v_head + static_cast<std::size_t>(key) * hd + d;
-      if constexpr (sizeof(Cache) == 2) {
-        unpack8(*reinterpret_cast<const uint4*>(kp), kv, Cache{});
-        unpack8(*reinterpret_cast<const uint4*>(vp), vv, Cache{});
-      } else {
-        const auto* k4 = reinterpret_cast<const float4*>(kp);
-        const auto* v4 = reinterpret_cast<const float4*>(vp);
-        const float4 k0 = k4[0], k1 = k4[1], v0 = v4[0], v1 = v4[1];
-        kv[0] = k0.x, kv[1] = k0.y, kv[2] = k0.z, kv[3] = k0.w;
-        kv[4] = k1.x, kv[5] = k1.y, kv[6] = k1.z, kv[7] = k1.w;
-        vv[0] = v0.x, vv[1] = v0.y, vv[2] = v0.z, vv[3] = v0.w;
-        vv[4] = v1.x, vv[5] = v1.y, vv[6] = v1.z, vv[7] = v1.w;
-      }
-    } else {
-      SPECDEC_UNROLL
-      for (int e = 0; e < 8; ++e) kv[e] = vv[e] = 0.0f;
-    }
-    auto* kd = reinterpret_cast<float4*>(s.k + j * (hd + kKPad) + d);
-    auto* vd = reinterpret_cast<float4*>(s.v + j * hd + d);
-    kd[0] = make_float4(kv[0], kv[1], kv[2], kv[3]);
-    kd[1] = make_float4(kv[4], kv[5], kv[6], kv[7]);
-    vd[0] = make_float4(vv[0], vv[1], vv[2], vv[3]);
-    vd[1] = make_float4(vv[4], vv[5], vv[6], vv[7]);
+    load_kv8(k_head, v_head, tile0 + j, end, hd, (idx % chunks_per_key) * 8, s.k + j * (hd + kKPad),
+             s.v + j * hd);
   }
 }
 
-template <class Cache, int kDimsPerLane, bool kFinal>
+// Trees: loads the `nodes` tree nodes' K/V (slots prefix, prefix + 1, ...) into s.tk / s.tv.
+template <class Cache>
+SPECDEC_DEVICE void load_tree_nodes(const Cache* k_head, const Cache* v_head, int prefix, int nodes,
+                                    int hd, const Smem& s) {
+  const int chunks_per_key = hd / 8;
+  for (int idx = static_cast<int>(threadIdx.x); idx < nodes * chunks_per_key;
+       idx += static_cast<int>(blockDim.x)) {
+    const int node = idx / chunks_per_key;
+    load_kv8(k_head, v_head, prefix + node, prefix + nodes, hd, (idx % chunks_per_key) * 8,
+             s.tk + node * (hd + kKPad), s.tv + node * hd);
+  }
+}
+
+template <class Cache, int kDimsPerLane, bool kFinal, bool kTree>
 __global__ void attention_kernel(AttentionParams p) {
   SPECDEC_DYNAMIC_SHARED(float, smem);
   const int hd = p.head_dim;
   const int warps = warps_per_block();
   const int warp = warp_id();
   const int lane = lane_id();
-  const Smem s{smem, smem + kTile * (hd + kKPad), smem + kTile * (2 * hd + kKPad),
-               smem + kTile * (2 * hd + kKPad) + warps * kRowsPerWarp * hd};
+  float* const tree_smem =
+      smem + kTile * (2 * hd + kKPad) + warps * kRowsPerWarp * hd + warps * kTile;
+  const Smem s{smem,
+               smem + kTile * (hd + kKPad),
+               smem + kTile * (2 * hd + kKPad),
+               smem + kTile * (2 * hd + kKPad) + warps * kRowsPerWarp * hd,
+               tree_smem,
+               tree_smem + kMaxTreeNodes * (hd + kKPad)};
 
   const int kv_head = static_cast<int>(blockIdx.x);
   const int split = static_cast<int>(blockIdx.y);
@@ -110,6 +144,11 @@ __global__ void attention_kernel(AttentionParams p) {
       static_cast<const Cache*>(p.k_cache) + static_cast<std::size_t>(kv_head) * p.capacity * hd;
   const auto* v_head =
       static_cast<const Cache*>(p.v_cache) + static_cast<std::size_t>(kv_head) * p.capacity * hd;
+
+  // Key positions from `prefix` on are a tree row's path (kTree); a plain step has none.
+  const int prefix = kTree ? start - p.tree->first : kv_len;
+  // The tree's nodes, read by the rows' paths (the barriers below order this before any use).
+  if constexpr (kTree) load_tree_nodes(k_head, v_head, prefix, p.tree->first + p.n, hd, s);
 
   const int rows = p.n * group;
   const int rows_per_group = warps * kRowsPerWarp;
@@ -147,12 +186,15 @@ __global__ void attention_kernel(AttentionParams p) {
         const int r = warp + warps * k;
         if (r >= rows_here) continue;  // uniform over the warp
         const int t = (g0 + r) / group;
+        // The last key position row t sees: its own (a tree row: prefix + its depth).
+        const int last = kTree ? prefix + p.tree->depth[t] : start + t;
         const int key = tile0 + lane;
-        const bool valid = key < key_end && key <= start + t;
+        const bool valid = key < key_end && key <= last;
         float score = -INFINITY;
         if (valid) {
           const float* qr = s.q + r * hd;
           const float* kr = s.k + lane * (hd + kKPad);
+          if (kTree && key >= prefix) kr = s.tk + p.tree->ancestor[t][key - prefix] * (hd + kKPad);
           float dot = 0.0f;
           for (int d = 0; d < hd; d += 4) {
             const float4 qv = *reinterpret_cast<const float4*>(qr + d);
@@ -176,12 +218,26 @@ __global__ void attention_kernel(AttentionParams p) {
         float* pw = s.p + warp * kTile;
         pw[lane] = prob;
         __syncwarp();
+        // A tile that holds tree positions reads them through the row's path: the plain
+        // forward of the path would hold its nodes there, and zeros past the path's end.
+        const bool through_path = kTree && tile0 + kTile > prefix;
         SPECDEC_UNROLL
         for (int i = 0; i < kDimsPerLane; ++i) {
           const int d = lane + kWarpSize * i;
           if (d < hd) {
             float a = acc[k][i] * correction;
-            for (int j = 0; j < kTile; ++j) a = fmaf(pw[j], s.v[j * hd + d], a);
+            if (!through_path) {
+              for (int j = 0; j < kTile; ++j) a = fmaf(pw[j], s.v[j * hd + d], a);
+            } else {
+              for (int j = 0; j < kTile; ++j) {
+                const int pos = tile0 + j;
+                const float v = pos < prefix ? s.v[j * hd + d]
+                                : pos < key_end && pos <= last
+                                    ? s.tv[p.tree->ancestor[t][pos - prefix] * hd + d]
+                                    : 0.0f;
+                a = fmaf(pw[j], v, a);
+              }
+            }
             acc[k][i] = a;
           }
         }
@@ -246,7 +302,7 @@ __global__ void __launch_bounds__(kWarpSize) attention_combine_kernel(AttentionP
   }
 }
 
-template <class Cache, int kDimsPerLane>
+template <class Cache, int kDimsPerLane, bool kTree>
 void run(const AttentionParams& p, cudaStream_t stream, int warps) {
   // Decode and verify: one row block (every K/V tile is read once per KV head). Prefill: enough
   // row blocks for about 64 blocks per KV head.
@@ -255,13 +311,13 @@ void run(const AttentionParams& p, cudaStream_t stream, int warps) {
   const dim3 grid(static_cast<unsigned>(p.n_kv), static_cast<unsigned>(p.splits),
                   static_cast<unsigned>(row_blocks));
   const dim3 block(static_cast<unsigned>(warps * kWarpSize));
-  const std::size_t smem = smem_floats(p.head_dim, warps) * sizeof(float);
+  const std::size_t smem = smem_floats(p.head_dim, warps, kTree) * sizeof(float);
   if (p.splits == 1) {
-    auto* kernel = attention_kernel<Cache, kDimsPerLane, true>;
+    auto* kernel = attention_kernel<Cache, kDimsPerLane, true, kTree>;
     if (smem > 48 * 1024) SPECDEC_CUDA_CHECK(set_max_dynamic_shared(kernel, smem));
     launch(kernel, grid, block, smem, stream, p);
   } else {
-    auto* kernel = attention_kernel<Cache, kDimsPerLane, false>;
+    auto* kernel = attention_kernel<Cache, kDimsPerLane, false, kTree>;
     if (smem > 48 * 1024) SPECDEC_CUDA_CHECK(set_max_dynamic_shared(kernel, smem));
     launch(kernel, grid, block, smem, stream, p);
     SPECDEC_CUDA_CHECK_LAUNCH("attention_kernel");
@@ -293,11 +349,20 @@ void attention(const AttentionParams& p, cudaStream_t stream, int warps) {
   if (p.splits < 1 || p.splits > 65535) throw Error("attention: splits must be in [1, 65535]");
   if (p.splits > 1 && p.partial == nullptr) throw Error("attention: splits > 1 needs a workspace");
   if (warps < 1 || warps > 32) throw Error("attention: warps must be in [1, 32]");
+  if (p.tree != nullptr && p.n > kMaxTreeNodes)
+    throw Error("attention: a token tree step has at most 16 rows");
   const bool half = p.kv_type == KvType::f16;
+  const bool tree = p.tree != nullptr;
   if (p.head_dim <= 128) {
-    half ? run<__half, 4>(p, stream, warps) : run<float, 4>(p, stream, warps);
+    if (tree)
+      half ? run<__half, 4, true>(p, stream, warps) : run<float, 4, true>(p, stream, warps);
+    else
+      half ? run<__half, 4, false>(p, stream, warps) : run<float, 4, false>(p, stream, warps);
   } else {
-    half ? run<__half, 8>(p, stream, warps) : run<float, 8>(p, stream, warps);
+    if (tree)
+      half ? run<__half, 8, true>(p, stream, warps) : run<float, 8, true>(p, stream, warps);
+    else
+      half ? run<__half, 8, false>(p, stream, warps) : run<float, 8, false>(p, stream, warps);
   }
   SPECDEC_CUDA_CHECK_LAUNCH("attention_kernel");
 }

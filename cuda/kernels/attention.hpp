@@ -15,6 +15,15 @@
 // share the call: attention is batch-invariant like the skinny GEMM. The launch also reads the
 // cache length from the device (*start), so a captured CUDA graph stays valid until the context
 // needs one more split.
+//
+// Token trees (AttentionParams::tree, Transformer::forward_tree): the n new tokens are nodes of a
+// tree whose K/V sit in the cache slots after the prefix in node order, not in positions. Row t
+// must see the prefix and the path to its node, and nothing else, and (tree invariance) give
+// bitwise what the plain forward of that path gives. So the kernel walks *logical* key positions,
+// those of the plain forward of the row's path: position prefix + e (e <= depth) is the path's
+// node at depth e, read from its slot, and everything past the path is masked. The tiles, the
+// splits and the order of every sum are those of the plain forward; only the address a K/V row is
+// read from changes (the tree's nodes, at most 16, are staged in shared memory once per block).
 
 #include <cuda_runtime.h>
 
@@ -23,6 +32,19 @@
 #include "kernels/types.hpp"
 
 namespace specdec::cuda::kernels {
+
+/// Nodes of a token tree one step scores (Transformer::max_tree_nodes): one skinny step.
+inline constexpr int kMaxTreeNodes = 16;
+
+/// The tree shape of a step's n rows (device memory; a plain step passes none). Row t is node
+/// first + t; its K/V slot is *start + t, so the prefix is the first *start - first positions.
+/// Node i's parent is an earlier node or the prefix: its depth is 0 after the prefix.
+struct TreeRows {
+  int first = 0;                  ///< nodes of the tree scored by earlier steps (extend_tree)
+  int depth[kMaxTreeNodes] = {};  ///< row t: its node's depth (its rotary position: prefix + depth)
+  /// ancestor[t][e]: the node at depth e on row t's path (e <= depth[t]; e = depth[t]: its own).
+  int ancestor[kMaxTreeNodes][kMaxTreeNodes] = {};
+};
 
 struct AttentionParams {
   const float* q = nullptr;  ///< [n][n_heads][head_dim], rotated
@@ -34,12 +56,13 @@ struct AttentionParams {
   int n = 0;
   int n_heads = 0;
   int n_kv = 0;
-  int head_dim = 0;          ///< a multiple of 8, at most 256
-  float scale = 1.0f;        ///< usually 1 / sqrt(head_dim)
-  int chunk = 64;            ///< keys per split, a multiple of 32
-  int splits = 1;            ///< blocks per KV head; >= ceil((*start + n) / chunk)
-  float* partial = nullptr;  ///< workspace, attention_workspace_floats() (splits > 1 only)
-  float* out = nullptr;      ///< [n][n_heads * head_dim]
+  int head_dim = 0;                ///< a multiple of 8, at most 256
+  float scale = 1.0f;              ///< usually 1 / sqrt(head_dim)
+  int chunk = 64;                  ///< keys per split, a multiple of 32
+  int splits = 1;                  ///< blocks per KV head; >= ceil((*start + n) / chunk)
+  float* partial = nullptr;        ///< workspace, attention_workspace_floats() (splits > 1 only)
+  float* out = nullptr;            ///< [n][n_heads * head_dim]
+  const TreeRows* tree = nullptr;  ///< device: the rows form a token tree (n <= kMaxTreeNodes)
 };
 
 /// Floats of workspace the split kernel needs: splits * n * n_heads * (head_dim + 2).

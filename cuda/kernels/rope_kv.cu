@@ -21,7 +21,9 @@ __global__ void __launch_bounds__(kWarpSize) rope_kv_kernel(RopeKvParams p) {
   const int width = (p.n_heads + 2 * p.n_kv) * hd;
   const float* x = p.qkv + static_cast<std::size_t>(t) * width + head * hd;
   const float* bias = p.bias != nullptr ? p.bias + head * hd : nullptr;
-  const int position = *p.start + t;
+  const int slot = *p.start + t;  // where its K/V go
+  const int position =            // its rotary position
+      p.tree == nullptr ? slot : *p.start - p.tree->first + p.tree->depth[t];
 
   auto load = [&](int d) { return bias != nullptr ? x[d] + bias[d] : x[d]; };
 
@@ -30,7 +32,7 @@ __global__ void __launch_bounds__(kWarpSize) rope_kv_kernel(RopeKvParams p) {
   if (!is_q && !is_k) {  // a v head: copy into the cache
     const int kv_head = head - p.n_heads - p.n_kv;
     Cache* dst = static_cast<Cache*>(p.v_cache) +
-                 (static_cast<std::size_t>(kv_head) * p.capacity + position) * hd;
+                 (static_cast<std::size_t>(kv_head) * p.capacity + slot) * hd;
     for (int d = lane; d < hd; d += kWarpSize) dst[d] = from_float<Cache>(load(d));
     return;
   }
@@ -57,7 +59,7 @@ __global__ void __launch_bounds__(kWarpSize) rope_kv_kernel(RopeKvParams p) {
   } else {
     const int kv_head = head - p.n_heads;
     k_dst = static_cast<Cache*>(p.k_cache) +
-            (static_cast<std::size_t>(kv_head) * p.capacity + position) * hd;
+            (static_cast<std::size_t>(kv_head) * p.capacity + slot) * hd;
   }
   for (int i = lane; i < half; i += kWarpSize) {
     const int ia = adjacent ? 2 * i : i;

@@ -3,12 +3,15 @@
 // position p = *start + t and each head of the fused QKV output,
 //   v heads:      v (+ bias)                                        -> V cache at p
 //   q and k heads: x (+ bias) -> RMSNorm over the head (Qwen3 only) -> rotary(p) -> q_out / K cache
+// In a token tree (tree != null) token t is written at slot *start + t as above but rotated for
+// its position in the sequence, prefix + depth (attention.hpp, TreeRows).
 // Rotary pairs are (x[2i], x[2i+1]) (RopeLayout::adjacent_pairs) or (x[i], x[i + d/2])
 // (RopeLayout::rotate_half), rotated by angle p * inv_freq[i]:
 //   a' = a cos - b sin,  b' = b cos + a sin.
 
 #include <cuda_runtime.h>
 
+#include "kernels/attention.hpp"
 #include "kernels/types.hpp"
 #include "specdec/model/config.hpp"
 
@@ -29,9 +32,10 @@ struct RopeKvParams {
   const int* start = nullptr;  ///< device scalar: the position of token 0
   float* q_out = nullptr;      ///< [n][n_heads][head_dim]
   KvType kv_type = KvType::f16;
-  void* k_cache = nullptr;  ///< this layer's K: [n_kv][capacity][head_dim]
-  void* v_cache = nullptr;  ///< this layer's V: [n_kv][capacity][head_dim]
-  int capacity = 0;         ///< positions per head in the cache (*start + n <= capacity)
+  void* k_cache = nullptr;         ///< this layer's K: [n_kv][capacity][head_dim]
+  void* v_cache = nullptr;         ///< this layer's V: [n_kv][capacity][head_dim]
+  int capacity = 0;                ///< positions per head in the cache (*start + n <= capacity)
+  const TreeRows* tree = nullptr;  ///< device: the tokens are tree nodes (positions by depth)
 };
 
 void rope_kv_write(const RopeKvParams& p, cudaStream_t stream);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <span>
 #include <vector>
 
 #include "kernels/attention.hpp"
@@ -309,6 +311,128 @@ TEST_CASE("attention is batch-invariant bit for bit", "[cuda-emu][kernels][atten
       const auto alone = run(t, 1);
       REQUIRE(std::memcmp(alone.data(), batch.data() + static_cast<std::size_t>(t) * n_heads * hd,
                           alone.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("attention over a token tree: each row bitwise the plain attention of its path",
+          "[cuda-emu][kernels][attention][tree]") {
+  // A tree's nodes sit in the slots after the prefix in node order. Row t (node first + t) must
+  // give the bits of the plain attention of its path: a cache holding the prefix, then the path's
+  // nodes at consecutive positions, and a call whose last row is that node. Prefixes that put the
+  // tree across a tile (32 keys) and a split boundary, one split or several, f16 and f32 caches,
+  // trees scored whole and in two parts (first > 0). Slots past the tree hold NaN: never read.
+  const int n_heads = 4, n_kv = 2, hd = 40;
+  const std::vector<std::vector<int>> shapes = {
+      {-1},
+      {-1, 0, 1, 2, 3},
+      {-1, 0, 0, 0, 1, 1, 2, 4, 4, 7},
+      {-1, 0, 1, 0, 3, 1, -1, 6, 6, 8},
+      {-1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 14},
+  };
+  std::uint32_t seed = 300;
+  for (const KvType kv : {KvType::f16, KvType::f32}) {
+    for (const int prefix : {3, 27, 60}) {
+      for (const int chunk : {32, 64}) {
+        for (const auto& parents : shapes) {
+          const int nodes = static_cast<int>(parents.size());
+          const int capacity = prefix + nodes + 8;
+          std::vector<int> depth(parents.size(), 0);
+          for (std::size_t i = 0; i < parents.size(); ++i)
+            depth[i] = parents[i] < 0 ? 0 : depth[static_cast<std::size_t>(parents[i])] + 1;
+          const std::size_t cache_elems = static_cast<std::size_t>(n_kv) * capacity * hd;
+          const auto kf = random_floats(cache_elems, ++seed, -2.0f, 2.0f);
+          const auto vf = random_floats(cache_elems, ++seed);
+          const auto q = random_floats(parents.size() * n_heads * hd, ++seed, -2.0f, 2.0f);
+          const std::size_t row_floats = static_cast<std::size_t>(n_heads) * hd;
+          // Runs the kernel over `cache` (K and V as f32 values; positions from `valid` on are
+          // NaN) for `count` rows of q starting at slot `start`; with `tree`, a tree step.
+          auto run = [&](const std::vector<float>& k_vals, const std::vector<float>& v_vals,
+                         int valid, const std::vector<float>& q_rows, int start, int count,
+                         const k::TreeRows* tree) {
+            std::vector<float> kc = k_vals, vc = v_vals;
+            for (int h = 0; h < n_kv; ++h)
+              for (int pos = valid; pos < capacity; ++pos)
+                for (int d = 0; d < hd; ++d) {
+                  const std::size_t at = (static_cast<std::size_t>(h) * capacity + pos) * hd + d;
+                  kc[at] = vc[at] = std::numeric_limits<float>::quiet_NaN();
+                }
+            DeviceBuffer<float> d_k32, d_v32;
+            DeviceBuffer<std::uint16_t> d_k16, d_v16;
+            if (kv == KvType::f16) {
+              d_k16 = DeviceBuffer<std::uint16_t>(ref::to_bits(kc, DType::f16));
+              d_v16 = DeviceBuffer<std::uint16_t>(ref::to_bits(vc, DType::f16));
+            } else {
+              d_k32 = DeviceBuffer<float>(kc);
+              d_v32 = DeviceBuffer<float>(vc);
+            }
+            DeviceBuffer<float> d_q(q_rows);
+            DeviceBuffer<int> d_start(std::vector<int>{start});
+            const int splits = k::attention_splits(start + count, chunk);
+            DeviceBuffer<float> d_work(k::attention_workspace_floats(splits, count, n_heads, hd));
+            DeviceBuffer<float> d_out(static_cast<std::size_t>(count) * row_floats);
+            DeviceBuffer<k::TreeRows> d_tree(1);
+            if (tree != nullptr) d_tree.upload(std::span(tree, 1));
+            k::AttentionParams p;
+            p.q = d_q.get();
+            p.kv_type = kv;
+            p.k_cache = kv == KvType::f16 ? static_cast<const void*>(d_k16.get()) : d_k32.get();
+            p.v_cache = kv == KvType::f16 ? static_cast<const void*>(d_v16.get()) : d_v32.get();
+            p.capacity = capacity;
+            p.start = d_start.get();
+            p.n = count;
+            p.n_heads = n_heads;
+            p.n_kv = n_kv;
+            p.head_dim = hd;
+            p.scale = 0.15f;
+            p.chunk = chunk;
+            p.splits = splits;
+            p.partial = d_work.get();
+            p.out = d_out.get();
+            p.tree = tree != nullptr ? d_tree.get() : nullptr;
+            k::attention(p, nullptr, 2);
+            return d_out.download();
+          };
+          for (const int first : {0, nodes / 2}) {
+            k::TreeRows tree;
+            tree.first = first;
+            for (int t = 0; first + t < nodes; ++t) {
+              const int node = first + t;
+              tree.depth[t] = depth[static_cast<std::size_t>(node)];
+              for (int a = node; a >= 0; a = parents[static_cast<std::size_t>(a)])
+                tree.ancestor[t][depth[static_cast<std::size_t>(a)]] = a;
+            }
+            const int count = nodes - first;
+            const std::vector<float> q_rows(
+                q.begin() + static_cast<std::ptrdiff_t>(first * row_floats), q.end());
+            const auto got = run(kf, vf, prefix + nodes, q_rows, prefix + first, count, &tree);
+            for (int t = 0; t < count; ++t) {
+              // The plain forward of the path: its nodes at prefix, prefix + 1, ...
+              const int d = tree.depth[t];
+              std::vector<float> kp = kf, vp = vf;
+              std::vector<float> qp(static_cast<std::size_t>(d + 1) * row_floats, 0.0f);
+              for (int e = 0; e <= d; ++e) {
+                const int from = prefix + tree.ancestor[t][e];
+                for (int h = 0; h < n_kv; ++h)
+                  for (int x = 0; x < hd; ++x) {
+                    const std::size_t base = static_cast<std::size_t>(h) * capacity;
+                    kp[(base + prefix + e) * hd + x] = kf[(base + from) * hd + x];
+                    vp[(base + prefix + e) * hd + x] = vf[(base + from) * hd + x];
+                  }
+              }
+              std::copy_n(q_rows.begin() + static_cast<std::ptrdiff_t>(t * row_floats), row_floats,
+                          qp.begin() + static_cast<std::ptrdiff_t>(d * row_floats));
+              const auto plain = run(kp, vp, prefix + d + 1, qp, prefix, d + 1, nullptr);
+              INFO("kv f16 " << (kv == KvType::f16) << " prefix " << prefix << " chunk " << chunk
+                             << " tree of " << nodes << " first " << first << " node "
+                             << first + t);
+              REQUIRE(std::memcmp(got.data() + static_cast<std::size_t>(t) * row_floats,
+                                  plain.data() + static_cast<std::size_t>(d) * row_floats,
+                                  row_floats * sizeof(float)) == 0);
+            }
+          }
+        }
+      }
     }
   }
 }

@@ -110,6 +110,26 @@ class Transformer {
   /// are not validated on the host; an id outside the vocabulary gives NaN logits).
   LogitsView forward(DeviceTokens tokens, const StepEpilogue* epilogue = nullptr);
 
+  /// Scores a token tree in one step (TreeCausalLM, specdec/model/causal_lm.hpp): node i is
+  /// tokens[i], parents[i] is -1 (it follows the cached prefix) or an earlier node. Row i of the
+  /// device logits is bitwise what forward() of the path to node i gives in its last row (the
+  /// attention reads each row's path in the plain forward's order; rotary positions by depth:
+  /// docs/cuda.md). The nodes' K/V take the slots cached() ... in node order; cached() does not
+  /// move. Throws specdec::Error, changing nothing, on an empty tree, more than max_tree_nodes
+  /// nodes, bad parents, a token outside the vocabulary or slots past the context.
+  LogitsView forward_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents);
+  /// Adds nodes to the tree scored since the cache last changed and scores only them (parents
+  /// index the whole tree); the rows are those forward_tree() of the whole tree would give.
+  LogitsView extend_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents);
+  /// Keeps the root-to-node path `path` of that tree as if forward() had appended its tokens:
+  /// the nodes' K/V rows move into place on the device (O(path) copies), cached() advances by
+  /// path.size(). Throws specdec::Error, changing nothing, without a tree or for a path that is
+  /// not a chain from a root.
+  void accept_path(std::span<const std::size_t> path);
+  /// Nodes a tree may have: one skinny step (kernels/skinny_gemm.hpp); a larger tree would take
+  /// the prefill GEMMs, whose rounding is not the decode steps'.
+  static constexpr std::size_t max_tree_nodes = 16;
+
   /// Keeps the first n cached positions. O(1). Throws specdec::Error when n > cached().
   void rollback(std::size_t n);
   void reset() { rollback(0); }
@@ -144,7 +164,7 @@ class Transformer {
   std::unique_ptr<Impl> impl_;
 };
 
-static_assert(CausalLM<Transformer>);
+static_assert(TreeCausalLM<Transformer>);
 
 }  // namespace specdec::cuda
 
