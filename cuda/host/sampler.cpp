@@ -17,6 +17,8 @@
 //              target_bad    [K + 1]   the same for the target rows (sampled verification)
 //              target_value  [K + 1]
 // The target input is tokens[0 .. k], read by the target's forward from device memory.
+// Token trees (verify_tree) have their own buffers, grown to the largest tree: the tree's tokens
+// and parents, its n processed rows, a scratch row and the outcome with each row's bad logit.
 //
 // Streams: the sampler works on the target's stream. A draft model on another stream first waits
 // for the round's uploads (an event), and the target's stream waits for the drafts (another)
@@ -104,6 +106,37 @@ struct DeviceSampler::Impl {
   std::vector<std::size_t> positions;   // [max_k]: sequence position of each draft row
   std::vector<token_t> drafted_tokens;  // host copy of x_1 .. x_k after verification
   bool p_valid = false;
+
+  // Token trees (verify_tree): buffers for trees of up to tree_capacity nodes.
+  std::size_t tree_capacity = 0;
+  DeviceArray<std::int32_t> tree_shape;  // [2][tree_capacity]: tokens, then parents
+  DeviceArray<float> tree_p;             // [tree_capacity][V] processed rows (sampled)
+  DeviceArray<float> tree_scratch;       // [V]
+  DeviceArray<sampling::TreeVerifyOutcome> tree_outcome;       // [1]
+  DeviceArray<int> tree_bad;                                   // [tree_capacity]
+  DeviceArray<float> tree_value;                               // [tree_capacity]
+  PinnedArray<std::int32_t> staging_tree;                      // [2][tree_capacity]
+  PinnedArray<sampling::TreeVerifyOutcome> host_tree_outcome;  // [1]
+  PinnedArray<int> host_tree_bad;                              // [tree_capacity]
+  PinnedArray<float> host_tree_value;                          // [tree_capacity]
+  std::vector<std::size_t> tree_path;
+  std::vector<std::size_t> tree_depth;
+
+  void reserve_tree(std::size_t n) {
+    if (n <= tree_capacity) return;
+    SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffers may still be in use
+    tree_capacity = n;
+    tree_shape = DeviceArray<std::int32_t>(2 * n);
+    tree_p = DeviceArray<float>(n * vocab);
+    tree_scratch = DeviceArray<float>(vocab);
+    tree_outcome = DeviceArray<sampling::TreeVerifyOutcome>(1);
+    tree_bad = DeviceArray<int>(n);
+    tree_value = DeviceArray<float>(n);
+    staging_tree = PinnedArray<std::int32_t>(2 * n);
+    host_tree_outcome = PinnedArray<sampling::TreeVerifyOutcome>(1);
+    host_tree_bad = PinnedArray<int>(n);
+    host_tree_value = PinnedArray<float>(n);
+  }
 
   ~Impl() {
     if (uploaded != nullptr) cudaEventDestroy(uploaded);
@@ -380,6 +413,72 @@ RoundVerdict DeviceSampler::verify_forward(Transformer& target, std::size_t k, P
   };
   (void)target.forward(DeviceTokens{m.tokens(), k + 1}, &epilogue);
   return m.collect(work, k, position);
+}
+
+TreeVerdict DeviceSampler::verify_tree(const LogitsView& target, std::span<const token_t> tokens,
+                                       std::span<const std::int32_t> parents,
+                                       std::size_t position) {
+  Impl& m = *impl_;
+  const std::size_t n = tokens.size();
+  if (target.where != Memory::device || target.data == nullptr)
+    throw Error("DeviceSampler::verify_tree: the target's logits must be in device memory");
+  if (target.vocab != m.vocab || target.rows != n)
+    throw Error(fmt::format("DeviceSampler::verify_tree: logits are {} x {}, expected {} x {}",
+                            target.rows, target.vocab, n, m.vocab));
+  sampling::validate_tree(tokens, parents, m.vocab, sampling::TreeProposal::point_mass);
+  m.reserve_tree(n);
+  // The previous tree's copies from the staging buffer ended with its wait for the outcome.
+  std::copy(tokens.begin(), tokens.end(), m.staging_tree.get());
+  std::copy(parents.begin(), parents.end(), m.staging_tree.get() + n);
+  SPECDEC_CUDA_CHECK(cudaMemcpyAsync(m.tree_shape.get(), m.staging_tree.get(),
+                                     2 * n * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                                     m.stream));
+  m.join_draft();
+  const int N = static_cast<int>(n);
+  const int V = static_cast<int>(m.vocab);
+  const bool greedy = m.params.greedy();
+  if (!greedy)
+    kernels::process_logits(target.data, N, V, m.target_args(), m.tree_p.get(), m.tree_bad.get(),
+                            m.tree_value.get(), m.stream, m.threads);
+  kernels::verify_tree(greedy ? target.data : m.tree_p.get(), greedy, m.tree_shape.get(),
+                       m.tree_shape.get() + n, N, V, m.target_args(), m.tree_scratch.get(),
+                       m.tree_outcome.get(), m.stream, m.threads);
+  SPECDEC_CUDA_CHECK(cudaMemcpyAsync(m.host_tree_outcome.get(), m.tree_outcome.get(),
+                                     sizeof(sampling::TreeVerifyOutcome), cudaMemcpyDeviceToHost,
+                                     m.stream));
+  if (!greedy) {
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(m.host_tree_bad.get(), m.tree_bad.get(), n * sizeof(int),
+                                       cudaMemcpyDeviceToHost, m.stream));
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(m.host_tree_value.get(), m.tree_value.get(),
+                                       n * sizeof(float), cudaMemcpyDeviceToHost, m.stream));
+  }
+  SPECDEC_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  m.in_round = false;
+  m.p_valid = false;  // p_rows() describes chains
+
+  // A node's position is position + its depth (the errors name it).
+  m.tree_depth.assign(n, 0);
+  for (std::size_t i = 1; i < n; ++i)
+    m.tree_depth[i] = m.tree_depth[static_cast<std::size_t>(parents[i])] + 1;
+  if (!greedy) {
+    for (std::size_t r = 0; r < n; ++r)
+      if (m.host_tree_bad.get()[r] >= 0)
+        specdec::detail::throw_bad_logit("target model", position + m.tree_depth[r],
+                                         static_cast<std::size_t>(m.host_tree_bad.get()[r]),
+                                         m.host_tree_value.get()[r]);
+  }
+  const sampling::TreeVerifyOutcome outcome = *m.host_tree_outcome.get();
+  if (greedy && outcome.error == sampling::VerifyError::p_row_bad && outcome.where < n)
+    specdec::detail::throw_bad_logit("target model", position + m.tree_depth[outcome.where],
+                                     outcome.entry, outcome.value);
+  sampling::throw_if_error(outcome, "DeviceSampler::verify_tree");
+  if (!greedy) m.target_counter += n;
+  m.tree_path = sampling::detail::tree_path(outcome, parents);
+  const std::size_t end = m.tree_path.empty() ? 0 : m.tree_path.back();
+  const bool leaf = std::none_of(parents.begin(), parents.end(), [end](std::int32_t parent) {
+    return parent == static_cast<std::int32_t>(end);
+  });
+  return TreeVerdict{m.tree_path, outcome.next, leaf, {}};
 }
 
 std::vector<float> DeviceSampler::q_rows(std::size_t k) const {

@@ -19,6 +19,7 @@
 
 #include "specdec/common.hpp"
 #include "specdec/sampling/process.hpp"
+#include "specdec/sampling/tree_verify.hpp"
 #include "specdec/sampling/verify.hpp"
 
 namespace specdec::cuda::kernels {
@@ -101,6 +102,16 @@ void draft_sample(const float* logits, int vocab, SamplerRound* round, float* q,
 void verify_chain(const float* p, const float* q, const token_t* draft, int batch, int k, int vocab,
                   const RoundArgs* args, std::int32_t* accepted, token_t* emitted,
                   sampling::VerifyOutcome* outcome, cudaStream_t stream, int threads = 256);
+
+/// Token-tree verification of one sequence with point-mass proposals (a TreeDrafter's tree;
+/// sampling/tree_verify.hpp): tokens, parents n (node 0 the sequence's last token, parents[0] =
+/// -1); rows n x V: with `greedy` the target's raw logits (the argmax walk,
+/// verify_tree_greedy_loop), otherwise its processed distributions (verify_tree_loop on stream
+/// args->stream at counters args->counter + 0 ... n - 1; scratch: V floats, written when a node
+/// with several children rejects one). One block; *outcome = the result or its error.
+void verify_tree(const float* rows, bool greedy, const token_t* tokens, const std::int32_t* parents,
+                 int n, int vocab, const RoundArgs* args, float* scratch,
+                 sampling::TreeVerifyOutcome* outcome, cudaStream_t stream, int threads = 256);
 
 /// Copies B outcomes to the host (waiting for the stream) and throws specdec::Error for the first
 /// sequence with an error, naming it, like the host's batched entry points.

@@ -231,8 +231,9 @@ void run_chat(const ChatOptions& o) {
   std::optional<OutputFile> json_file;
   if (o.json_file) json_file.emplace("--json-file", *o.json_file);
   const InterruptHandler interrupts(kPromptNote);
-  on_backend(backend,
-             [&]<class LM>(std::type_identity<LM>) { chat_on<LM>(o, backend, setup, json_file); });
+  on_backend(backend, [&]<class LM>(std::type_identity<LM>) {
+    chat_on<LM>(o, backend, setup.fitted_to<LM>(), json_file);
+  });
 }
 
 }  // namespace

@@ -501,7 +501,7 @@ struct SessionVariant {
                             std::unique_ptr<OwnedSession<LookupModelSession<LM>>>,
                             std::unique_ptr<OwnedSession<SuffixSession<LM>>>>;
 };
-template <TreeCausalLM LM>
+template <HostTreeCausalLM LM>
 struct SessionVariant<LM> {
   using type = std::variant<std::unique_ptr<OwnedSession<PlainSession<LM>>>,
                             std::unique_ptr<OwnedSession<ModelSession<LM>>>,

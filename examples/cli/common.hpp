@@ -301,6 +301,7 @@ inline DecodeSetup decode_setup_of(const DecodeFlags& o, std::string_view comman
     setup.drafter =
         o.suffix ? DecodeSetup::Drafter::suffix_model : DecodeSetup::Drafter::model_tree;
     setup.tree_nodes = o.tree_nodes;
+    setup.tree_nodes_given = o.tree_nodes_given;
     setup.suffix_shape.min_score = o.suffix_min_prob;
     if (o.tree_topk) setup.model_tree_shape.branch = setup.model_tree_shape.expand = *o.tree_topk;
     if (o.tree_depth) setup.model_tree_shape.max_depth = *o.tree_depth;
@@ -309,6 +310,7 @@ inline DecodeSetup decode_setup_of(const DecodeFlags& o, std::string_view comman
   } else if (o.suffix) {
     setup.drafter = DecodeSetup::Drafter::suffix;
     setup.tree_nodes = o.tree_nodes;
+    setup.tree_nodes_given = o.tree_nodes_given;
     setup.suffix_shape.min_score = o.suffix_min_prob;
   } else if (o.draft) {
     setup.drafter = DecodeSetup::Drafter::model;

@@ -339,6 +339,10 @@ void run_generate(const GenerateOptions& o) {
   plan.setup = decode_setup_of(o, "generate");
   (void)o.models.kv_type();  // K and V types agree
   plan.backend = o.backend.resolve();
+  // The default tree size fitted to the backend (the CUDA backend's trees are smaller), so that
+  // the JSON and the trace report what runs.
+  plan.setup = on_backend(
+      plan.backend, [&]<class LM>(std::type_identity<LM>) { return plan.setup.fitted_to<LM>(); });
   set_colour_mode(o.colour == "on"    ? ColourMode::on
                   : o.colour == "off" ? ColourMode::off
                                       : ColourMode::automatic);

@@ -194,8 +194,9 @@ void add_decode_flags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagsHelp& help
   suffix->excludes(ngram);
   cmd.add_option("--tree-nodes", f.tree_nodes,
                  "tree speculation: nodes of each round's token tree, scored in one target "
-                 "forward (the CPU backend). With --suffix (default 16; 0: a chain of -k "
-                 "tokens), or with -md: the draft model's trees instead of chains")
+                 "forward (at most 255 on the CPU backend, 15 on CUDA). With --suffix (default "
+                 "16, 15 on CUDA; 0: a chain of -k tokens), or with -md: the draft model's trees "
+                 "instead of chains (CPU backend)")
       ->check(CLI::Range(std::size_t{0}, std::size_t{255}))
       ->capture_default_str()
       ->each([&f](const std::string&) { f.tree_nodes_given = true; });

@@ -75,6 +75,33 @@ TEST_CASE(
   CHECK(a["tokens"] == b["tokens"]);
 }
 
+TEST_CASE("backend cuda (emulated): suffix decoding verifies token trees on the device",
+          "[cli][cuda-emu]") {
+  // A prompt that repeats itself, so that the suffix index proposes trees.
+  auto with_prompt = [](std::vector<std::string> extra) {
+    auto args = generate(std::move(extra));
+    args[4] = "def copy(x):\n    return x\ndef copy(x):\n    return x\ndef copy(";
+    return args;
+  };
+  const json base = run_json(with_prompt({"--baseline"}));
+  const json spec = run_json(with_prompt({"--suffix"}));
+  CHECK(spec["backend"] == "cuda");
+  CHECK(spec["tokens"] == base["tokens"]);  // greedy tree speculation is exact on the device
+  // The default of 16 nodes is fitted to the CUDA backend's trees (16 with the last token).
+  CHECK(spec["tree_nodes"] == 15);
+  bool tree_round = false;
+  for (const json& round : spec["rounds"])
+    tree_round = tree_round || round.contains("tree_parents");
+  CHECK(tree_round);
+  // An explicit size past the limit, and draft model trees (read on the host), are refused.
+  auto r = run_program(SPECDEC_CLI, with_prompt({"--suffix", "--tree-nodes", "16"}));
+  CHECK(r.status == 1);
+  CHECK(r.err.find("at most 15 drafted nodes") != std::string::npos);
+  r = run_program(SPECDEC_CLI, generate({"-md", demo_draft(), "--tree-nodes", "4"}));
+  CHECK(r.status == 1);
+  CHECK(r.err.find("draft model trees need the CPU backend") != std::string::npos);
+}
+
 TEST_CASE("backend cuda (emulated): penalties and logit bias are refused, naming the way out",
           "[cli][cuda-emu]") {
   for (const std::vector<std::string>& flags :

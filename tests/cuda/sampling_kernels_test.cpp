@@ -2,8 +2,9 @@
 // chain verification makes bit for bit the host's decisions (accepted counts, emitted tokens,
 // errors) on the same p, q and drafted tokens; draft sampling draws the host's token from the
 // q it writes; processing keeps the host's token sets and matches its probabilities to rounding;
-// argmax matches exactly. Shapes include B = 1 and 8, k = 1 and 16, V not a multiple of the
-// 256-entry scan block nor of 8.
+// argmax matches exactly; the token-tree verification (point masses, sampled and greedy) makes the
+// host core's decisions and reports its errors. Shapes include B = 1 and 8, k = 1 and 16, V not a
+// multiple of the 256-entry scan block nor of 8.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -327,4 +328,125 @@ TEST_CASE("argmax and draft sampling kernels == host", "[cuda-emu][sampling]") {
       }
     }
   }
+}
+
+namespace {
+
+/// A random tree of n nodes (node 0 the root) over rows of V, with p = processed random logits;
+/// children's tokens are the parent's argmax, a sample of its p or a random token (so that tests
+/// accept and reject), distinct among siblings (as a drafter's are).
+struct Tree {
+  std::vector<token_t> tokens;
+  std::vector<std::int32_t> parents;
+  std::vector<float> logits, p;
+};
+
+Tree make_tree(std::size_t n, std::size_t vocab, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  Tree t;
+  t.logits = random_logits(n, vocab, seed);
+  t.p = processed(t.logits, vocab, {});
+  t.parents.assign(n, -1);
+  t.tokens.assign(n, 0);
+  for (std::size_t i = 1; i < n; ++i) {
+    // Wide near the root, deeper later: parents among the first nodes.
+    t.parents[i] = static_cast<std::int32_t>(rng() % std::min<std::size_t>(i, 1 + i / 2));
+    const auto parent = static_cast<std::size_t>(t.parents[i]);
+    const auto row = std::span<const float>(t.p).subspan(parent * vocab, vocab);
+    // The parent's argmax for some, a sample of its p for others, a random token for the rest.
+    const std::uint32_t kind = rng() % 3;
+    token_t x = kind == 0   ? static_cast<token_t>(sp::argmax<float>(row))
+                : kind == 1 ? static_cast<token_t>(sp::sample_from<float>(
+                                  row, std::uniform_real_distribution<float>(0, 1)(rng)))
+                            : static_cast<token_t>(rng() % vocab);
+    for (std::size_t s = 1; s < i; ++s)  // distinct among siblings
+      if (t.parents[s] == t.parents[i] && t.tokens[s] == x)
+        x = (x + 1) % static_cast<token_t>(vocab);
+    t.tokens[i] = x;
+  }
+  return t;
+}
+
+sp::TreeVerifyOutcome run_tree_kernel(const std::vector<float>& rows, bool greedy, const Tree& t,
+                                      std::size_t vocab, std::uint64_t seed,
+                                      std::uint64_t counter) {
+  DeviceBuffer<float> d_rows(rows);
+  DeviceBuffer<token_t> d_tokens(t.tokens);
+  DeviceBuffer<std::int32_t> d_parents(t.parents);
+  DeviceBuffer<float> scratch(vocab);
+  DeviceBuffer<k::RoundArgs> args(std::vector<k::RoundArgs>{{SamplingParams{}, seed, 3, counter}});
+  DeviceBuffer<sp::TreeVerifyOutcome> outcome(1);
+  k::verify_tree(d_rows.get(), greedy, d_tokens.get(), d_parents.get(),
+                 static_cast<int>(t.tokens.size()), static_cast<int>(vocab), args.get(),
+                 scratch.get(), outcome.get(), nullptr, kThreads);
+  return outcome.download().front();
+}
+
+void check_same_outcome(const sp::TreeVerifyOutcome& d, const sp::TreeVerifyOutcome& h) {
+  CHECK(d.node == h.node);
+  CHECK(d.depth == h.depth);
+  CHECK(d.next == h.next);
+  CHECK(d.error == h.error);
+  CHECK(d.tree_error == h.tree_error);
+  CHECK(d.where == h.where);
+  CHECK(((std::isnan(d.value) && std::isnan(h.value)) || d.value == h.value));
+}
+
+}  // namespace
+
+TEST_CASE("verify_tree kernel == the host core's tree rule, bit for bit",
+          "[cuda-emu][sampling][tree]") {
+  // Point-mass trees (a TreeDrafter's): sampled on distributions, greedy on raw logits. Many
+  // seeds, so that nodes reject one child and accept a later one (the materialised residual),
+  // reject them all (its sample), or reach a leaf (the bonus sample).
+  std::size_t second_child_accepted = 0, residual_after_siblings = 0;
+  for (const std::size_t vocab : {300u, 1031u}) {
+    for (std::uint32_t seed = 1; seed <= 24; ++seed) {
+      const std::size_t n = 2 + seed % 15;
+      const Tree t = make_tree(n, vocab, seed * 7 + static_cast<std::uint32_t>(vocab));
+      INFO("V " << vocab << " seed " << seed << " nodes " << n);
+      const sp::PhiloxUniforms u{seed, 3, 5u * seed};
+      std::vector<float> scratch(vocab);
+      const sp::TreeVerifyOutcome host = sp::verify_tree_row(
+          t.p.data(), static_cast<const float*>(nullptr), t.tokens.data(), t.parents.data(), n,
+          vocab, sp::TreeProposal::point_mass, u, scratch.data());
+      REQUIRE(host.error == VerifyError::none);
+      check_same_outcome(run_tree_kernel(t.p, false, t, vocab, seed, 5u * seed), host);
+      // How the round ended, to see that the branch paths were exercised.
+      if (host.depth > 0 && host.node != 1) {
+        const auto parent = static_cast<std::size_t>(t.parents[host.node]);
+        second_child_accepted += host.node > parent + 1;  // an earlier sibling was tried first
+      }
+      std::size_t children = 0;
+      for (std::size_t i = 1; i < n; ++i)
+        children += t.parents[i] == static_cast<std::int32_t>(host.node);
+      residual_after_siblings += children >= 2;
+
+      const sp::TreeVerifyOutcome greedy =
+          sp::verify_tree_greedy_loop(t.logits.data(), t.tokens.data(), t.parents.data(), n, vocab,
+                                      sp::SerialGreedyScan<float>{vocab, true});
+      check_same_outcome(run_tree_kernel(t.logits, true, t, vocab, 0, 0), greedy);
+    }
+  }
+  CHECK(residual_after_siblings > 0);
+  CHECK(second_child_accepted + residual_after_siblings > 4);
+
+  // Errors: a NaN in a row the rule reads in full, and a parent that is not earlier.
+  Tree t = make_tree(6, 300, 99);
+  t.parents = {-1, 0, 0, 0, 1, 1};
+  t.tokens[1] = 1, t.tokens[2] = 2, t.tokens[3] = 3;
+  for (std::size_t j = 0; j < 300; ++j) t.p[j] = j < 3 ? 0.0f : 1.0f / 297;  // rejects 1, 2, 3
+  t.p[200] = NAN;
+  std::vector<float> scratch(300);
+  const sp::TreeVerifyOutcome host = sp::verify_tree_row(
+      t.p.data(), static_cast<const float*>(nullptr), t.tokens.data(), t.parents.data(), 6, 300,
+      sp::TreeProposal::point_mass, sp::PhiloxUniforms{1, 3, 0}, scratch.data());
+  REQUIRE(host.error != VerifyError::none);
+  check_same_outcome(run_tree_kernel(t.p, false, t, 300, 1, 0), host);
+  t.parents[4] = 4;
+  const sp::TreeVerifyOutcome bad_parent =
+      sp::verify_tree_greedy_loop(t.logits.data(), t.tokens.data(), t.parents.data(), 6, 300,
+                                  sp::SerialGreedyScan<float>{300, true});
+  REQUIRE(bad_parent.tree_error == sp::TreeError::parent_not_earlier);
+  check_same_outcome(run_tree_kernel(t.logits, true, t, 300, 0, 0), bad_parent);
 }

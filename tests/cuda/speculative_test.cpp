@@ -11,6 +11,8 @@
 //     distributions equal to rounding (device processing sums in parallel), and the decisions
 //     the same (the uniforms are the same Philox counters; a decision could only differ if a
 //     uniform fell within rounding of a CDF boundary, about 1e-6 per decision);
+//   - token trees (the suffix drafter's, verified in one forward_tree with DeviceSampler::
+//     verify_tree): greedy == greedy target-only; sampled == the host decoder on the same logits;
 //   - errors: NaN logits name the model and the position.
 #include <fstream>
 #include <string>
@@ -39,6 +41,18 @@ class HostCopy {
     return model_->logits_to_host();
   }
   void rollback(std::size_t n) { model_->rollback(n); }
+  specdec::LogitsView forward_tree(std::span<const token_t> tokens,
+                                   std::span<const std::int32_t> parents) {
+    (void)model_->forward_tree(tokens, parents);
+    return model_->logits_to_host();
+  }
+  specdec::LogitsView extend_tree(std::span<const token_t> tokens,
+                                  std::span<const std::int32_t> parents) {
+    (void)model_->extend_tree(tokens, parents);
+    return model_->logits_to_host();
+  }
+  void accept_path(std::span<const std::size_t> path) { model_->accept_path(path); }
+  static constexpr std::size_t max_tree_nodes = specdec::cuda::Transformer::max_tree_nodes;
   [[nodiscard]] std::size_t cached() const { return model_->cached(); }
   [[nodiscard]] std::size_t vocab_size() const { return model_->vocab_size(); }
   [[nodiscard]] std::size_t context_length() const { return model_->context_length(); }
@@ -189,6 +203,68 @@ TEST_CASE("sampled speculative decoding on the device == the host decoder on the
   specdec::SpeculativeDecoder device(ngram_d, gpu_target, specdec::SpeculativeOptions{.k = 3});
   specdec::SpeculativeDecoder host(ngram_h, host_target, specdec::SpeculativeOptions{.k = 3});
   CHECK(device.generate(prompt, config).tokens == host.generate(prompt, config).tokens);
+}
+
+TEST_CASE(
+    "token-tree speculation on the device (suffix drafter): greedy == target-only, "
+    "sampled == the host decoder",
+    "[cuda-emu][transformer][decoder][tree]") {
+  const auto target = specdec::test::load_f16("target-f32.gguf");
+  if (!target) {
+    WARN("tinyllama-pair not found: skipped");
+    return;
+  }
+  // A prompt that repeats itself, so that the suffix index proposes branching trees.
+  auto prompt = two_prompts().front();
+  const std::vector<token_t> head(prompt.begin(), prompt.begin() + 12);
+  prompt.insert(prompt.end(), head.begin(), head.end());
+  specdec::cuda::Transformer gpu_target(target->config, target->store, cuda_options());
+  specdec::cuda::Transformer copied_target(target->config, target->store, cuda_options());
+  HostCopy host_target(copied_target);
+  const specdec::SpeculativeOptions trees{.max_tree_nodes = 8};
+
+  specdec::GenerationConfig config;
+  config.max_new_tokens = 14;
+  config.stop_at_eos = false;
+  config.record_rounds = true;
+  config.sampling.temperature = 0.0f;
+  specdec::SuffixDrafter suffix;
+  specdec::SpeculativeDecoder device(suffix, gpu_target, trees);
+  const auto greedy = device.generate(prompt, config);
+  specdec::AutoregressiveDecoder plain(gpu_target);
+  CHECK(greedy.tokens == plain.generate(prompt, config).tokens);
+  CHECK(greedy.stats.accepted > 0);
+  // Some round verified a tree, not a chain: two nodes with one parent.
+  auto branches = [](const std::vector<std::int32_t>& parents) {
+    for (std::size_t i = 0; i < parents.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (parents[i] == parents[j]) return true;
+    return false;
+  };
+  std::size_t branching = 0;
+  for (const auto& r : greedy.rounds) branching += branches(r.tree_parents);
+  CHECK(branching > 0);
+
+  for (const std::uint64_t seed : {3u, 8u}) {
+    INFO("seed " << seed);
+    config.sampling = {.temperature = 0.9f, .top_p = 0.95f};
+    config.seed = seed;
+    specdec::SuffixDrafter suffix_d, suffix_h;
+    specdec::SpeculativeDecoder on_device(suffix_d, gpu_target, trees);
+    specdec::SpeculativeDecoder on_host(suffix_h, host_target, trees);
+    const auto d = on_device.generate(prompt, config);
+    const auto h = on_host.generate(prompt, config);
+    CHECK(d.tokens == h.tokens);
+    REQUIRE(d.rounds.size() == h.rounds.size());
+    for (std::size_t i = 0; i < d.rounds.size(); ++i)
+      CHECK(d.rounds[i].accepted == h.rounds[i].accepted);
+  }
+
+  // Trees larger than the CUDA target scores (16 nodes, the last token included) are refused.
+  specdec::SuffixDrafter big;
+  CHECK_THROWS_WITH(specdec::SpeculativeDecoder(big, gpu_target,
+                                                specdec::SpeculativeOptions{.max_tree_nodes = 16}),
+                    Catch::Contains("at most 15 drafted nodes"));
 }
 
 TEST_CASE("NaN logits on the device name the model and the position",

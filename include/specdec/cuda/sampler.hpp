@@ -64,6 +64,14 @@ class DeviceSampler {
   /// The target's forward over target_input(k) with the verification captured into its graph.
   RoundVerdict verify_forward(Transformer& target, std::size_t k, Proposal proposal,
                               std::size_t position);
+  /// Verifies a token tree of point-mass proposals (a TreeDrafter's; TreeSampler) against the
+  /// target's device rows for it (Transformer::forward_tree): tokens[0] is the sequence's last
+  /// token (parents[0] = -1). Greedy: the argmax walk over the raw logits; sampled: the n rows
+  /// processed and the core's tree rule (sampling/tree_verify.hpp) on the device, on the target
+  /// stream at n counters, exactly the host sampler's decisions given the same distributions.
+  /// One copy of the outcome to the host. The path's span is valid until the next call.
+  TreeVerdict verify_tree(const LogitsView& target, std::span<const token_t> tokens,
+                          std::span<const std::int32_t> parents, std::size_t position);
   /// The device's work is asynchronous: its time is not split off (the wait for the round's
   /// result counts as verify time).
   double take_seconds() { return 0.0; }
@@ -90,5 +98,6 @@ struct SamplerFor<Memory::device> {
 };
 
 static_assert(RoundSampler<cuda::DeviceSampler>);
+static_assert(TreeSampler<cuda::DeviceSampler>);
 
 }  // namespace specdec

@@ -452,7 +452,7 @@ struct ModelTreeOptions {
 /// expanded node is scored once. After a round the cache holds the whole sequence and, pending,
 /// the expanded nodes; the next round keeps the path of them that the target accepted
 /// (accept_path) instead of feeding those tokens again.
-template <TreeCausalLM M>
+template <HostTreeCausalLM M>
 class ModelTreeDrafter {
  public:
   using Options = ModelTreeOptions;
@@ -691,7 +691,7 @@ class LookupThenModelDrafter {
 /// tree (ModelTreeDrafter). Either is a tree of point masses, so verification stays exact. A
 /// suffix round costs no draft forward; the model catches up on its tokens the next time it
 /// drafts.
-template <TreeCausalLM M>
+template <HostTreeCausalLM M>
 class SuffixThenModelDrafter {
  public:
   /// Below this expected count the model drafts; 1: the suffix tree must expect a whole token.

@@ -59,8 +59,9 @@ struct SpeculativeOptions {
   AdaptiveDraftLength::Options adaptive_options{};
   /// Tree rounds: > 0 makes each round verify a token tree of at most this many proposed nodes
   /// (the drafter's draft_tree, in one target forward_tree) instead of a chain of k tokens. Needs
-  /// a TreeDrafter (SuffixDrafter), a TreeCausalLM target (the CPU backend) and a sampler that
-  /// verifies trees (the host sampler); 0: chains.
+  /// a TreeDrafter (SuffixDrafter), a TreeCausalLM target (the CPU backend, up to 255 nodes; the
+  /// CUDA backend, up to 15) and a sampler that verifies trees (TreeSampler: the host's and the
+  /// device's); 0: chains.
   std::size_t max_tree_nodes = 0;
   /// Tree rounds: C(n) = T(n + 1) / T(1), the cost of a target forward over a tree of n nodes
   /// (and the sequence's last token) in target steps, n = 0 .. max_tree_nodes (measured:
@@ -238,25 +239,25 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   const RoundRecord& step() {
     const TargetInput& input = propose();
     if constexpr (FusedVerifySampler<Sampler, Target>) {
-      static_assert(!kTreeCapable, "a fused device verification of trees is future work");
-      // The device path: the target's forward and the verification run as one captured graph;
-      // the wait for the round's outcome lands in verify_seconds.
-      (void)input;
-      RoundVerdict verdict;
-      {
-        ScopedTimer timer(round_.verify_seconds);
-        verdict = sampler_.verify_forward(*target_, draft_.count, draft_.proposal, length_ - 1);
+      if (!tree_round()) {
+        // The device path: the target's forward and the verification run as one captured
+        // graph; the wait for the round's outcome lands in verify_seconds. (A tree round runs
+        // forward_tree, then the device's tree verification, below: not fused yet.)
+        RoundVerdict verdict;
+        {
+          ScopedTimer timer(round_.verify_seconds);
+          verdict = sampler_.verify_forward(*target_, draft_.count, draft_.proposal, length_ - 1);
+        }
+        round_.sampling_seconds += sampler_.take_seconds();
+        return finish_round(verdict);
       }
-      round_.sampling_seconds += sampler_.take_seconds();
-      return finish_round(verdict);
-    } else {
-      LogitsView rows;
-      {
-        ScopedTimer timer(round_.verify_seconds);
-        rows = forward(input);
-      }
-      return accept(rows);
     }
+    LogitsView rows;
+    {
+      ScopedTimer timer(round_.verify_seconds);
+      rows = forward(input);
+    }
+    return accept(rows);
   }
 
   /// Stops the current generation with StopReason::cancelled (a round in progress is dropped).
@@ -516,8 +517,18 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     if (options.max_tree_nodes > 0 && !kTreeCapable)
       throw Error(std::string(name_) +
                   ": tree rounds (max_tree_nodes > 0) need a drafter that proposes trees "
-                  "(SuffixDrafter), a target that scores them (the CPU backend) and the host "
-                  "sampler");
+                  "(SuffixDrafter), a target that scores them (TreeCausalLM: the CPU and CUDA "
+                  "backends) and a sampler that verifies them");
+    if constexpr (requires { Target::max_tree_nodes; }) {
+      // The tree the target scores holds the drafted nodes and the sequence's last token.
+      if (options.max_tree_nodes + 1 > Target::max_tree_nodes)
+        throw Error(std::string(name_) + ": max_tree_nodes is " +
+                    std::to_string(options.max_tree_nodes) +
+                    ", but the target scores trees of at " + "most " +
+                    std::to_string(Target::max_tree_nodes) +
+                    " nodes, the sequence's last token included: at most " +
+                    std::to_string(Target::max_tree_nodes - 1) + " drafted nodes");
+    }
     for (const double c : options.tree_cost)
       if (!(c > 0) || c > 1e9)
         throw Error(std::string(name_) + ": tree_cost holds " + std::to_string(c) +

@@ -62,6 +62,22 @@ struct DecodeSetup {
   std::size_t draft_min = 0;  ///< proposals shorter than this are not verified (--draft-min)
   /// Suffix drafter: trees of at most this many nodes per round (0: chains of k, its best path).
   std::size_t tree_nodes = 16;
+  /// tree_nodes was asked for (--tree-nodes): kept as it is, else fitted to the target (a CUDA
+  /// target scores trees of at most 16 nodes, the sequence's last token included: 15 drafted).
+  bool tree_nodes_given = false;
+
+  /// This setup on a target of type LM: the default tree size capped by what LM scores in one
+  /// forward (LM::max_tree_nodes - 1 drafted nodes); an explicit one is left for the session to
+  /// refuse, naming the limit.
+  template <class LM>
+  [[nodiscard]] DecodeSetup fitted_to() const {
+    DecodeSetup fitted = *this;
+    if constexpr (requires { LM::max_tree_nodes; }) {
+      if (!tree_nodes_given && LM::max_tree_nodes > 0)
+        fitted.tree_nodes = std::min(tree_nodes, LM::max_tree_nodes - 1);
+    }
+    return fitted;
+  }
   ModelTreeOptions model_tree_shape{};  ///< draft model trees: branching and depth
   TreeShape suffix_shape{};             ///< suffix drafter: min_score, min_match (max_nodes: above)
   SuffixIndex::Options suffix_index{};  ///< suffix drafter: window depth, memory bound
@@ -174,9 +190,9 @@ template <class LM>
 using LookupModelSession = SpeculativeSession<LookupThenModelDrafter<LM>, LM>;
 template <class LM>
 using SuffixSession = SpeculativeSession<SuffixDrafter, LM>;
-template <TreeCausalLM LM>
+template <HostTreeCausalLM LM>
 using ModelTreeSession = SpeculativeSession<ModelTreeDrafter<LM>, LM>;
-template <TreeCausalLM LM>
+template <HostTreeCausalLM LM>
 using SuffixModelSession = SpeculativeSession<SuffixThenModelDrafter<LM>, LM>;
 
 /// Calls f(std::type_identity<Session>{}) with the session type of `drafter` over LM.
@@ -192,20 +208,21 @@ decltype(auto) with_session_type(DecodeSetup::Drafter drafter, F&& f) {
     case DecodeSetup::Drafter::suffix:
       return f(std::type_identity<SuffixSession<LM>>{});
     case DecodeSetup::Drafter::model_tree:
-      if constexpr (TreeCausalLM<LM>) {
+      if constexpr (HostTreeCausalLM<LM>) {
         return f(std::type_identity<ModelTreeSession<LM>>{});
       } else {
         throw Error(
-            "draft model trees need a backend that scores token trees in one forward (the CPU "
-            "backend): use chains (no --tree-nodes) here");
+            "draft model trees need the CPU backend (the draft's top tokens are read on the "
+            "host; the CUDA backend scores trees but does not draft them yet): use chains (no "
+            "--tree-nodes) here");
       }
     case DecodeSetup::Drafter::suffix_model:
-      if constexpr (TreeCausalLM<LM>) {
+      if constexpr (HostTreeCausalLM<LM>) {
         return f(std::type_identity<SuffixModelSession<LM>>{});
       } else {
         throw Error(
-            "suffix decoding with a draft model behind it needs a backend that scores token "
-            "trees in one forward (the CPU backend)");
+            "suffix decoding with a draft model's trees behind it needs the CPU backend (the "
+            "draft's top tokens are read on the host): use --suffix without -md here");
       }
     case DecodeSetup::Drafter::none:
       break;
@@ -233,8 +250,11 @@ class OwnedSession<SpeculativeSession<Draft, Target>> {
  public:
   using Session = SpeculativeSession<Draft, Target>;
 
-  /// The session of `setup` over `models` (make_session checks them first).
-  OwnedSession(const DecodeSetup& setup, const SessionModels<Target>& models, const char* name) {
+  /// The session of `requested` (its default tree size fitted to Target) over `models`
+  /// (make_session checks them first).
+  OwnedSession(const DecodeSetup& requested, const SessionModels<Target>& models,
+               const char* name) {
+    const DecodeSetup setup = requested.template fitted_to<Target>();
     if constexpr (std::is_same_v<Draft, NoDrafter>) {
       session_ = std::make_unique<Session>(*models.target, models.tokenizer, name);
     } else if constexpr (std::is_same_v<Draft, Target>) {  // a draft model
@@ -275,14 +295,14 @@ class OwnedSession<SpeculativeSession<Draft, Target>> {
  private:
   /// Whether Draft is a ModelTreeDrafter (named only for tree-capable targets).
   static constexpr bool kModelTree = [] {
-    if constexpr (TreeCausalLM<Target>)
+    if constexpr (HostTreeCausalLM<Target>)
       return std::is_same_v<Draft, ModelTreeDrafter<Target>>;
     else
       return false;
   }();
   /// Whether Draft is a SuffixThenModelDrafter (named only for tree-capable targets).
   static constexpr bool kSuffixModel = [] {
-    if constexpr (TreeCausalLM<Target>)
+    if constexpr (HostTreeCausalLM<Target>)
       return std::is_same_v<Draft, SuffixThenModelDrafter<Target>>;
     else
       return false;

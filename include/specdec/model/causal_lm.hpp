@@ -94,6 +94,11 @@ concept TreeCausalLM = CausalLM<M> &&
   m.accept_path(path);
 };
 
+/// A TreeCausalLM whose logits the host reads (the CPU backend): what a drafter that inspects the
+/// draft's distributions itself needs (ModelTreeDrafter reads its top tokens on the host).
+template <class M>
+concept HostTreeCausalLM = TreeCausalLM<M> &&(logits_memory_v<M> == Memory::host);
+
 /// The completion point of any model: M::synchronize() where the type has one (a device model:
 /// waits for its stream), nothing otherwise (a host model's forward() has finished on return).
 /// A host clock read after forward() measures the model's work only after this.

@@ -228,13 +228,18 @@ SPECDEC_HD inline std::size_t next_child(const std::int32_t* parents, std::size_
 /// (null for point_mass); tokens, parents n; scratch V entries, written (needed only when some
 /// node has two or more children; may be null otherwise). uniform(j) returns the uniform for
 /// offset j of this call (the convention at the top of this file; a float or a double), and is
-/// called only for the offsets that are used, in increasing order. Rule is for the tests only.
-template <detail::TreeRule Rule = detail::TreeRule::exact, class Real, class Uniform>
-SPECDEC_HD inline TreeVerifyOutcome verify_tree_row(const Real* p, const Real* q,
-                                                    const token_t* tokens,
-                                                    const std::int32_t* parents, std::size_t n,
-                                                    std::size_t vocab, TreeProposal proposal,
-                                                    const Uniform& uniform, Real* scratch) {
+/// called only for the offsets that are used, in increasing order. `rows` samples the row that
+/// ends the round (verify.hpp's SerialRowSampler on the host; a CUDA block's sampler in the
+/// kernel, which runs this loop in every thread of the block: every decision depends only on
+/// values all threads read, and each thread writes the scratch row's same values itself). Rule
+/// is for the tests only.
+template <detail::TreeRule Rule = detail::TreeRule::exact, class Real, class Uniform, class Rows>
+SPECDEC_HD inline TreeVerifyOutcome verify_tree_loop(const Real* p, const Real* q,
+                                                     const token_t* tokens,
+                                                     const std::int32_t* parents, std::size_t n,
+                                                     std::size_t vocab, TreeProposal proposal,
+                                                     const Uniform& uniform, Real* scratch,
+                                                     const Rows& rows) {
   using detail::TreeRule;
   const bool sampled = proposal != TreeProposal::point_mass;
   const bool renormalise = proposal == TreeProposal::sampled_without_replacement &&
@@ -247,7 +252,6 @@ SPECDEC_HD inline TreeVerifyOutcome verify_tree_row(const Real* p, const Real* q
   if ((sampled && q == nullptr) || (scratch == nullptr && detail::tree_branches(parents, n))) {
     return detail::tree_fail(TreeError::missing_buffer, 0, 0);
   }
-  const SerialRowSampler<Real> rows{vocab};
   const std::size_t final_offset = n - 1;
   for (;;) {
     const std::size_t node = out.node;
@@ -358,6 +362,17 @@ SPECDEC_HD inline TreeVerifyOutcome verify_tree_row(const Real* p, const Real* q
                                          static_cast<double>(u));
     return out;
   }
+}
+
+/// verify_tree_loop with the serial row sampler (the host's).
+template <detail::TreeRule Rule = detail::TreeRule::exact, class Real, class Uniform>
+SPECDEC_HD inline TreeVerifyOutcome verify_tree_row(const Real* p, const Real* q,
+                                                    const token_t* tokens,
+                                                    const std::int32_t* parents, std::size_t n,
+                                                    std::size_t vocab, TreeProposal proposal,
+                                                    const Uniform& uniform, Real* scratch) {
+  return verify_tree_loop<Rule>(p, q, tokens, parents, n, vocab, proposal, uniform, scratch,
+                                SerialRowSampler<Real>{vocab});
 }
 
 /// The greedy tree loop over rows (n x V; tokens, parents n): at each node the first child whose
