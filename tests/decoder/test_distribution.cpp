@@ -461,5 +461,27 @@ TEST_CASE("speculative sampling with penalties and logit bias has the penalised 
         return dec.generate(prompt, config(seed)).tokens;
       });
     }
+    // Token trees: each node's row adjusted for its own path.
+    SECTION(std::string("suffix drafter, tree rounds of up to 6 nodes, ") + setting.name) {
+      const specdec::TreeShape shape{.max_nodes = 6, .min_score = 0.0f, .min_match = 1};
+      check_law(law, [&](std::uint64_t seed) {
+        MockLM target = target_model.lm();
+        specdec::SuffixDrafter suffix({}, nullptr, shape);
+        specdec::SpeculativeDecoder dec(suffix, target, SpeculativeOptions{.max_tree_nodes = 6});
+        return dec.generate(prompt, config(seed)).tokens;
+      });
+    }
+    SECTION(std::string("draft model trees of up to 5 nodes, ") + setting.name) {
+      check_law(law, [&](std::uint64_t seed) {
+        MockLM target = target_model.lm();
+        MockLM draft = draft_model.lm();
+        specdec::ModelTreeDrafter<MockLM> trees(draft, {.branch = 2, .expand = 2, .max_depth = 3});
+        SpeculativeOptions options;
+        options.max_tree_nodes = 5;
+        options.tree_cost.assign(6, 1.0);  // every node verified
+        specdec::SpeculativeDecoder dec(trees, target, options);
+        return dec.generate(prompt, config(seed)).tokens;
+      });
+    }
   }
 }

@@ -1,8 +1,9 @@
 // Tree rounds of SpeculativeSession (SpeculativeOptions::max_tree_nodes) over the mock model:
 // greedy output equals target-only, the target sees one forward_tree and one accept_path per
 // round (the cache always the sequence minus its last token), the round records hold the tree
-// and the kept path, a token budget prunes the tree, and the combinations that cannot work are
-// refused by name. The law of sampled tree rounds: test_distribution.cpp.
+// and the kept path, a token budget prunes the tree, penalties and logit bias are applied per
+// node (greedy tokens and log-probabilities equal target-only), and the combinations that cannot
+// work are refused by name. The law of sampled tree rounds: test_distribution.cpp.
 #include <string>
 #include <vector>
 
@@ -122,6 +123,54 @@ TEST_CASE("tree rounds: the budget and the context prune the tree", "[decoder][t
   CHECK(dec.generate(prompt, greedy(10)).tokens == expected);
 }
 
+TEST_CASE(
+    "tree rounds with penalties and logit bias: greedy tokens and log-probabilities equal "
+    "target-only",
+    "[decoder][tree][penalties]") {
+  // Each node's row is adjusted for its own path (the round's history, then the path's tokens):
+  // a node with the wrong context would pick another argmax or report another log-probability.
+  const Markov model(25);
+  const std::vector<token_t> prompt = repetitive_prompt();
+  specdec::GenerationConfig cfg = greedy(30);
+  cfg.penalties.repeat = 1.6f;
+  cfg.penalties.last_n = 6;
+  cfg.penalties.presence = 0.4f;
+  cfg.penalties.logit_bias = {{2, -0.3f}};
+  cfg.logprobs = true;
+  cfg.top_logprobs = 2;
+  for (const auto scope :
+       {specdec::sampling::PenaltyScope::context, specdec::sampling::PenaltyScope::completion}) {
+    INFO(
+        "scope " << (scope == specdec::sampling::PenaltyScope::context ? "context" : "completion"));
+    cfg.penalties.scope = scope;
+    MockLM baseline_target = model.lm(128);
+    const specdec::GenerationResult expected =
+        specdec::AutoregressiveDecoder(baseline_target).generate(prompt, cfg);
+    MockLM unpenalised_target = model.lm(128);
+    specdec::GenerationConfig plain = cfg;
+    plain.penalties = {};
+    REQUIRE(specdec::AutoregressiveDecoder(unpenalised_target).generate(prompt, plain).tokens !=
+            expected.tokens);  // the penalties change the output
+    for (const std::size_t nodes : {3, 12}) {
+      INFO("trees of up to " << nodes << " nodes");
+      MockLM target = model.lm(128);
+      specdec::SuffixDrafter suffix({}, nullptr,
+                                    {.max_nodes = nodes, .min_score = 0.0f, .min_match = 1});
+      specdec::SpeculativeDecoder dec(suffix, target, SpeculativeOptions{.max_tree_nodes = nodes});
+      const specdec::GenerationResult r = dec.generate(prompt, cfg);
+      CHECK(r.tokens == expected.tokens);
+      CHECK(r.logprobs == expected.logprobs);
+      CHECK(r.stats.accepted > 0);
+      // A second turn: the completion scope starts again, the context scope goes on.
+      const std::vector<token_t> turn = {1, 2, 0};
+      MockLM baseline_again = model.lm(128);
+      specdec::AutoregressiveDecoder again(baseline_again);
+      (void)again.generate(prompt, cfg);
+      CHECK(dec.continue_with(turn, cfg).tokens == again.continue_with(turn, cfg).tokens);
+    }
+  }
+}
+
 TEST_CASE("tree rounds: what cannot work is refused by name", "[decoder][tree]") {
   const Markov model(23);
   MockLM target = model.lm();
@@ -133,11 +182,6 @@ TEST_CASE("tree rounds: what cannot work is refused by name", "[decoder][tree]")
   CHECK_THROWS_WITH(specdec::SpeculativeDecoder(
                         suffix, target, SpeculativeOptions{.adaptive = true, .max_tree_nodes = 4}),
                     Catch::Matchers::Contains("adaptive draft length applies to chains"));
-  specdec::SpeculativeDecoder dec(suffix, target, SpeculativeOptions{.max_tree_nodes = 4});
-  specdec::GenerationConfig cfg = greedy(4);
-  cfg.penalties.repeat = 1.2f;
-  CHECK_THROWS_WITH(dec.generate(std::vector<token_t>{1, 2, 3}, cfg),
-                    Catch::Matchers::Contains("not applied to token trees"));
   // Chains with the same drafter (its best path) need no tree support from the target.
   MockLM baseline_target = model.lm();
   const std::vector<token_t> prompt = repetitive_prompt();

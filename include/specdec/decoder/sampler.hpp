@@ -188,15 +188,13 @@ class HostSampler {
   /// parents[i]; target row i holds the logits after the path to node i (forward_tree). Greedy:
   /// the argmax walk of sampling::verify_tree_greedy_loop, scanning only the rows it visits.
   /// Sampled: every row processed into p_, then sampling::verify_tree with point masses (the
-  /// target stream, n counters). Penalties are not applied to trees: refused.
+  /// target stream, n counters). Penalties and logit bias adjust each node's row for its own
+  /// context: the round's history (set_history) and the tokens on the path to the node, as a
+  /// chain's rows are adjusted for the drafted tokens before them.
   TreeVerdict verify_tree(const LogitsView& target, std::span<const token_t> tokens,
                           std::span<const std::int32_t> parents, std::size_t position) {
     const std::size_t n = tokens.size();
     detail::check_logits(target, n, vocab_, "target model");
-    if (penalties_.active())
-      throw Error(
-          "HostSampler::verify_tree: repetition penalties and logit bias are not applied to "
-          "token trees yet (each node would need its own path's history)");
     sampling::validate_tree(tokens, parents, vocab_, sampling::TreeProposal::point_mass);
     const auto t0 = std::chrono::steady_clock::now();
     depth_.assign(n, 0);  // a node's position is position + its depth (error messages)
@@ -208,7 +206,8 @@ class HostSampler {
       const auto scan = [&](const float* row) {
         const std::size_t node = static_cast<std::size_t>(row - rows) / vocab_;
         return sampling::GreedyScan{
-            argmax_of(std::span<const float>(row, vocab_), "target model", position + depth_[node]),
+            argmax_of(tree_row(std::span<const float>(row, vocab_), tokens, parents, node),
+                      "target model", position + depth_[node]),
             vocab_, 0.0};
       };
       const sampling::TreeVerifyOutcome out =
@@ -219,7 +218,8 @@ class HostSampler {
     } else {
       p_.resize(n * vocab_);
       for (std::size_t i = 0; i < n; ++i)
-        process(target.row(i), std::span<float>(p_.data() + i * vocab_, vocab_), "target model",
+        process(tree_row(target.row(i), tokens, parents, i),
+                std::span<float>(p_.data() + i * vocab_, vocab_), "target model",
                 position + depth_[i]);
       sampling::TreeVerifyResult r =
           sampling::verify_tree<float>(std::span<const float>(p_), {}, tokens, parents, vocab_,
@@ -233,11 +233,15 @@ class HostSampler {
     });
     if (logprobs_on_) {
       // The emitted tokens: the path's, then next; each from its parent's row (the root's first).
+      // tokens_ becomes the path, as a chain's drafted tokens: the context adjusted() gives the
+      // r-th emitted token's row is then its path's.
       emitted_.clear();
       emitted_rows_.assign(1, 0);
+      tokens_.assign(1, tokens[0]);
       for (const std::size_t node : tree_path_) {
         emitted_.push_back(tokens[node]);
         emitted_rows_.push_back(node);
+        tokens_.push_back(tokens[node]);
       }
       emitted_.push_back(next);
       logprobs_of(target, emitted_, emitted_rows_);
@@ -420,6 +424,23 @@ class HostSampler {
     return adjusted_;
   }
 
+  /// Row `node` of a token tree (verify_tree), adjusted for its context when penalties are
+  /// active: history_ + the tokens on the path from the root to the node (the root, the
+  /// sequence's last token, is not repeated: history_ ends with it). Valid until the next call.
+  std::span<const float> tree_row(std::span<const float> row, std::span<const token_t> tokens,
+                                  std::span<const std::int32_t> parents, std::size_t node) {
+    if (!penalties_.active()) return row;
+    path_tokens_.clear();
+    for (std::size_t a = node; a != 0; a = static_cast<std::size_t>(parents[a]))
+      path_tokens_.push_back(tokens[a]);
+    window_.assign(history_.begin(), history_.end());
+    window_.insert(window_.end(), path_tokens_.rbegin(), path_tokens_.rend());
+    adjusted_.resize(vocab_);
+    applier_.apply(penalties_, sampling::PenaltyApplier::window_of(penalties_, window_), row,
+                   adjusted_);
+    return adjusted_;
+  }
+
   void check_k(std::size_t k) const {
     if (tokens_.empty() || k + 1 > tokens_.size())
       throw Error("HostSampler: a round of " + std::to_string(k) + " drafted tokens, but " +
@@ -438,9 +459,10 @@ class HostSampler {
   std::vector<float> work_;                   // [V]: scratch of the target rows' plans (top-p)
   sampling::Penalties penalties_{};
   sampling::PenaltyApplier applier_;
-  std::vector<token_t> history_;  // [<= last_n]: the penalties' scope before the round
-  std::vector<token_t> window_;   // [<= last_n + k]: a row's context (scratch)
-  std::vector<float> adjusted_;   // [V]: the adjusted row (penalties active)
+  std::vector<token_t> history_;      // [<= last_n]: the penalties' scope before the round
+  std::vector<token_t> window_;       // [<= last_n + k]: a row's context (scratch)
+  std::vector<float> adjusted_;       // [V]: the adjusted row (penalties active)
+  std::vector<token_t> path_tokens_;  // a tree node's path, node first (tree_row scratch)
   bool logprobs_on_ = false;
   std::size_t top_n_ = 0;
   std::vector<sampling::TokenLogprob> logprobs_;  // [n + 1]: of the last verify's emitted tokens

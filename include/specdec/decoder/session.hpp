@@ -560,11 +560,6 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   /// Hands the request's penalties and log-probability settings to the sampler (a sampler
   /// without them refuses them).
   void configure_sampler(const GenerationConfig& config) {
-    if (options_.max_tree_nodes > 0 && config.penalties.active())
-      throw Error(std::string(name_) +
-                  ": repetition penalties and logit bias are not applied to token trees yet "
-                  "(each node would need its own path's history): use chain rounds "
-                  "(max_tree_nodes = 0) with penalties");
     if constexpr (PenaltySampler<Sampler>) {
       sampler_.set_penalties(config.penalties);
     } else if (config.penalties.active()) {
