@@ -499,6 +499,18 @@ LogitsView Transformer::forward(std::span<const token_t> tokens) {
 
 std::vector<LogitsView> Transformer::forward_batch(
     std::span<Transformer* const> models, std::span<const std::span<const token_t>> inputs) {
+  return forward_batch(models, inputs, {});
+}
+
+std::vector<LogitsView> Transformer::forward_batch(
+    std::span<Transformer* const> models, std::span<const std::span<const token_t>> inputs,
+    std::span<const std::span<const std::int32_t>> trees) {
+  if (!trees.empty() && trees.size() != models.size())
+    throw Error(fmt::format("cpu::Transformer::forward_batch: {} models but {} trees",
+                            models.size(), trees.size()));
+  const auto tree_of = [&](std::size_t i) {
+    return trees.empty() ? std::span<const std::int32_t>() : trees[i];
+  };
   if (models.size() != inputs.size())
     throw Error(fmt::format("cpu::Transformer::forward_batch: {} models but {} inputs",
                             models.size(), inputs.size()));
@@ -521,7 +533,10 @@ std::vector<LogitsView> Transformer::forward_batch(
           "cpu::Transformer::forward_batch: model {} runs on {} threads, model 0 on {} (a batch "
           "shares one thread pool: give every model the same Options::threads)",
           i, m.threads(), lead.threads()));
-    m.check_input(inputs[i], "forward_batch");
+    if (tree_of(i).empty())
+      m.check_input(inputs[i], "forward_batch");
+    else
+      m.check_tree_input(inputs[i], tree_of(i), 0, "forward_batch");
   }
 
   // The segments, packed into steps of at most max_step_tokens (a long input is cut, its parts
@@ -543,6 +558,13 @@ std::vector<LogitsView> Transformer::forward_batch(
     in_step = 0;
   };
   for (std::size_t i = 0; i < models.size(); ++i) {
+    if (!tree_of(i).empty()) {  // a tree takes one step: the next one when it does not fit here
+      if (in_step + inputs[i].size() > max_step_tokens) run_step();
+      step_segments.push_back(
+          Segment{models[i], inputs[i], models[i]->state_->logits.data(), tree_of(i), 0});
+      in_step += inputs[i].size();
+      continue;
+    }
     for (std::size_t first = 0; first < inputs[i].size();) {
       if (in_step == max_step_tokens) run_step();
       const std::size_t n = std::min(max_step_tokens - in_step, inputs[i].size() - first);
@@ -553,6 +575,8 @@ std::vector<LogitsView> Transformer::forward_batch(
     }
   }
   run_step();
+  for (std::size_t i = 0; i < models.size(); ++i)  // kept for accept_path()
+    models[i]->tree_parents_.assign(tree_of(i).begin(), tree_of(i).end());
   return out;
 }
 
@@ -571,6 +595,21 @@ LogitsView Transformer::score_tree(std::span<const token_t> tokens,
                                    const char* who) {
   // The first `first` nodes of the pending tree (tree_parents_) stay; the new ones follow them.
   // Nothing changes before every check has passed.
+  check_tree_input(tokens, parents, first, who);
+  State& s = *state_;
+  s.logits.resize(tokens.size() * config_.vocab_size);
+  std::vector<std::int32_t>& all = s.tree_parents;  // the whole tree: the earlier nodes, then these
+  all.assign(tree_parents_.begin(), tree_parents_.begin() + static_cast<std::ptrdiff_t>(first));
+  all.insert(all.end(), parents.begin(), parents.end());
+  const Segment segment{this, tokens, s.logits.data(), all, first};
+  chosen_step(std::span(&segment, 1), tokens.size());
+  tree_parents_.swap(all);
+  return LogitsView{s.logits.data(), tokens.size(), config_.vocab_size, Memory::host};
+}
+
+void Transformer::check_tree_input(std::span<const token_t> tokens,
+                                   std::span<const std::int32_t> parents, std::size_t first,
+                                   const char* who) const {
   check_input(tokens, who);
   if (first + tokens.size() > max_tree_nodes)
     throw Error(fmt::format("cpu::Transformer::{}: {} nodes, at most {} are supported", who,
@@ -589,15 +628,6 @@ LogitsView Transformer::score_tree(std::span<const token_t> tokens,
           "cpu::Transformer::{}: node {} has parent {} (must be -1, the cached prefix, or a node "
           "before it)",
           who, first + i, parents[i]));
-  State& s = *state_;
-  s.logits.resize(tokens.size() * config_.vocab_size);
-  std::vector<std::int32_t>& all = s.tree_parents;  // the whole tree: the earlier nodes, then these
-  all.assign(tree_parents_.begin(), tree_parents_.begin() + static_cast<std::ptrdiff_t>(first));
-  all.insert(all.end(), parents.begin(), parents.end());
-  const Segment segment{this, tokens, s.logits.data(), all, first};
-  chosen_step(std::span(&segment, 1), tokens.size());
-  tree_parents_.swap(all);
-  return LogitsView{s.logits.data(), tokens.size(), config_.vocab_size, Memory::host};
 }
 
 void Transformer::accept_path(std::span<const std::size_t> path) {

@@ -92,6 +92,66 @@ TEST_CASE("forward_batch gives every sequence bitwise the logits of its own forw
   }
 }
 
+TEST_CASE("forward_batch with token trees: each tree bitwise its forward_tree, kept by accept_path",
+          "[cpu][batch][tree]") {
+  const test::RandomModel m = test::make_random_model(test::small_qwen(), DType::q8_0, 9);
+  const std::size_t vocab = m.config.vocab_size;
+  const std::vector<std::vector<token_t>> prompts = {
+      random_tokens(7, vocab, 1), random_tokens(12, vocab, 2), random_tokens(4, vocab, 3)};
+  // Sequence 0 and 2 score trees, sequence 1 a chain; in the second round sequence 1's chain of
+  // 250 tokens leaves no room for sequence 2's tree in its step (the tree goes to the next).
+  const std::vector<std::int32_t> tree0 = {-1, 0, 0, 1, 1, 2}, tree2 = {-1, 0, 1, 0, 3};
+  const std::vector<std::size_t> chain_sizes = {3, 250};
+  std::vector<Transformer> alone, batched;
+  for (std::size_t b = 0; b < 3; ++b) {
+    alone.emplace_back(m.config, m.weights, cpu::Options{.threads = 2, .context_length = 600});
+    batched.emplace_back(m.config, m.weights, cpu::Options{.threads = 2, .context_length = 600});
+    alone[b].forward(prompts[b]);
+    batched[b].forward(prompts[b]);
+  }
+  unsigned seed = 40;
+  for (const std::size_t chain : chain_sizes) {
+    INFO("chain of " << chain);
+    const std::vector<std::vector<token_t>> inputs = {random_tokens(tree0.size(), vocab, seed++),
+                                                      random_tokens(chain, vocab, seed++),
+                                                      random_tokens(tree2.size(), vocab, seed++)};
+    const std::vector<float> e0 = copy_rows(alone[0].forward_tree(inputs[0], tree0));
+    const std::vector<float> e1 = copy_rows(alone[1].forward(inputs[1]));
+    const std::vector<float> e2 = copy_rows(alone[2].forward_tree(inputs[2], tree2));
+    Transformer* models[] = {&batched[0], &batched[1], &batched[2]};
+    const std::span<const token_t> spans[] = {inputs[0], inputs[1], inputs[2]};
+    const std::span<const std::int32_t> trees[] = {tree0, {}, tree2};
+    const std::vector<LogitsView> got = Transformer::forward_batch(models, spans, trees);
+    CHECK(same_bits(e0, got[0]));
+    CHECK(same_bits(e1, got[1]));
+    CHECK(same_bits(e2, got[2]));
+    CHECK(batched[0].cached() == alone[0].cached());
+    CHECK(batched[1].cached() == alone[1].cached());
+    // The batched models kept their trees: accept_path as alone, then the same next rows.
+    const std::vector<std::size_t> path0 = {0, 1, 4}, path2 = {0, 3, 4};
+    alone[0].accept_path(path0);
+    batched[0].accept_path(path0);
+    alone[2].accept_path(path2);
+    batched[2].accept_path(path2);
+    const std::vector<token_t> next = random_tokens(2, vocab, seed++);
+    for (const std::size_t b : {std::size_t{0}, std::size_t{2}})
+      CHECK(same_bits(copy_rows(alone[b].forward(next)), batched[b].forward(next)));
+  }
+  // A bad tree refuses the whole batch and changes no cache.
+  Transformer* models[] = {&batched[0], &batched[1]};
+  const std::vector<token_t> t = {1, 2};
+  const std::span<const token_t> spans[] = {t, t};
+  const std::vector<std::int32_t> bad = {-1, 1};
+  const std::span<const std::int32_t> trees[] = {{}, bad};
+  const std::size_t before = batched[0].cached();
+  CHECK_THROWS_WITH(Transformer::forward_batch(models, spans, trees),
+                    Catch::Contains("node 1 has parent 1"));
+  CHECK(batched[0].cached() == before);
+  const std::span<const std::int32_t> one_tree[] = {bad};
+  CHECK_THROWS_WITH(Transformer::forward_batch(models, spans, one_tree),
+                    Catch::Contains("2 models but 1 trees"));
+}
+
 TEST_CASE("forward_batch of one sequence is forward(), and a subset of the sequences may sit out",
           "[cpu][batch]") {
   const test::RandomModel m = test::make_random_model(test::small_llama(), DType::q8_0, 3);

@@ -1,8 +1,9 @@
 // BatchedRounds on the CPU backend with the bundled demo pair (models/): the draft steps and the
 // target verifications of several sequences run as one cpu::Transformer::forward_batch each, and
 // every sequence still gets exactly the tokens and text that generate() gives it alone — greedy
-// and sampled with seeds, with the draft model and with n-gram lookup, sequences joining while
-// others run. This is the exactness a server's concurrent requests rely on.
+// and sampled with seeds, with the draft model, n-gram lookup, suffix trees and draft model
+// trees (tree rounds join the batched target forward), sequences joining while others run. This is
+// the exactness a server's concurrent requests rely on.
 
 #include <filesystem>
 #include <fstream>
@@ -51,6 +52,8 @@ struct Slot {
         draft(demo.draft, {.threads = 2, .context_length = 512}) {}
   Transformer target, draft;
   specdec::NGramDrafter ngram;
+  specdec::SuffixDrafter suffix;
+  specdec::ModelTreeDrafter<Transformer> trees{draft};
 };
 
 GenerationConfig config_for(std::size_t b) {
@@ -130,6 +133,21 @@ TEST_CASE("BatchedRounds on the CPU backend: every sequence gets its tokens alon
     compare<Session>(demo, [&](Slot& s) {
       return std::make_unique<Session>(s.ngram, s.target, SpeculativeOptions{.k = 4},
                                        demo.target.tokenizer.get());
+    });
+  }
+  // Token trees: each tree round's forward_tree joins the others' in one forward_batch.
+  SECTION("suffix trees") {
+    using Session = SpeculativeSession<specdec::SuffixDrafter, Transformer>;
+    compare<Session>(demo, [&](Slot& s) {
+      return std::make_unique<Session>(s.suffix, s.target, SpeculativeOptions{.max_tree_nodes = 8},
+                                       demo.target.tokenizer.get());
+    });
+  }
+  SECTION("draft model trees") {
+    using Session = SpeculativeSession<specdec::ModelTreeDrafter<Transformer>, Transformer>;
+    compare<Session>(demo, [&](Slot& s) {
+      return std::make_unique<Session>(s.trees, s.target, SpeculativeOptions{.max_tree_nodes = 6},
+                                       demo.target.tokenizer.get(), demo.draft.tokenizer.get());
     });
   }
 }

@@ -139,6 +139,16 @@ class Transformer {
   /// vocabulary, past that model's context).
   static std::vector<LogitsView> forward_batch(std::span<Transformer* const> models,
                                                std::span<const std::span<const token_t>> inputs);
+  /// forward_batch() where sequences may score token trees: trees[i] non-empty makes inputs[i]
+  /// a tree with those parents (forward_tree()'s arguments; models[i] then keeps it for
+  /// accept_path()), empty a chain as above. A tree is scored within one step (never cut). Each
+  /// result is bitwise what models[i]->forward(inputs[i]) or ->forward_tree(inputs[i], trees[i])
+  /// returns alone. Throws, changing no cache, on what those would refuse, or when trees is not
+  /// empty and not one entry per model. A tree round of a server's slot joins the others' chains
+  /// and trees in one pass over the weights (BatchedRounds).
+  static std::vector<LogitsView> forward_batch(
+      std::span<Transformer* const> models, std::span<const std::span<const token_t>> inputs,
+      std::span<const std::span<const std::int32_t>> trees);
 
   /// Scores a token tree in one step (tree speculation: several drafted continuations verified
   /// at once). Node i is tokens[i]; parents[i] is -1 when the node follows the cached prefix
@@ -223,6 +233,11 @@ class Transformer {
   /// Throws (naming `who`) when `tokens` cannot be appended: empty, past the context, a token
   /// outside the vocabulary.
   void check_input(std::span<const token_t> tokens, const char* who) const;
+  /// Throws (naming `who`) when `tokens` cannot be scored as nodes first, first + 1, ... of a
+  /// tree with these parents (empty, too many nodes, bad parents, a token outside the
+  /// vocabulary, slots past the context).
+  void check_tree_input(std::span<const token_t> tokens, std::span<const std::int32_t> parents,
+                        std::size_t first, const char* who) const;
   /// forward_tree() (first = 0) and extend_tree() (first = the pending nodes): scores `tokens`
   /// as nodes first, first + 1, ... after the first `first` nodes of tree_parents_.
   LogitsView score_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents,

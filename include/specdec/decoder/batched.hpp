@@ -6,7 +6,8 @@
 //   1. propose, in steps: each session begins its round (chooses k); then, step by step, the
 //      draft models of every session that still drafts run one batched forward
 //      (draft_input() -> forward_batch -> draft_output(), each session drawing its own token);
-//   2. one batched target forward over every session's [last token, x_1 .. x_k];
+//   2. one batched target forward over every session's [last token, x_1 .. x_k] (a tree round's
+//      [last token, tree nodes] with its tree, where the model batches trees: cpu::Transformer);
 //   3. accept(): each session verifies its own rows, rolls back, emits.
 //
 // A model type with a batched forward (a static M::forward_batch(models, inputs), as
@@ -43,6 +44,15 @@ template <class M>
 concept BatchedCausalLM = CausalLM<M> &&
     requires(std::span<M* const> models, std::span<const std::span<const token_t>> inputs) {
   { M::forward_batch(models, inputs) } -> std::same_as<std::vector<LogitsView>>;
+};
+
+/// Whether M's batched forward also scores token trees (cpu::Transformer): forward_batch(models,
+/// inputs, trees), trees[i] the parents of inputs[i]'s tree or empty for a chain.
+template <class M>
+concept BatchedTreeCausalLM = BatchedCausalLM<M> && TreeCausalLM<M> &&
+    requires(std::span<M* const> models, std::span<const std::span<const token_t>> inputs,
+             std::span<const std::span<const std::int32_t>> trees) {
+  { M::forward_batch(models, inputs, trees) } -> std::same_as<std::vector<LogitsView>>;
 };
 
 /// What one BatchedRounds::round() did.
@@ -105,15 +115,25 @@ class BatchedRounds {
       }
     }
 
-    // 2. The target forward of every session, batched.
+    // 2. The target forward of every session, batched (a tree round's tree too, where the
+    // backend batches trees).
     std::vector<Target*> targets;
     std::vector<std::span<const token_t>> inputs;
+    std::vector<std::span<const std::int32_t>> trees;  // per input: its tree's parents, or empty
     step_.clear();
     for_each_live(sessions, report, [&](Session& s, std::size_t i) {
       const TargetInput& input = s.end_propose();
-      if constexpr (Session::kTreeCapable) {
+      if constexpr (Session::kTreeCapable && BatchedTreeCausalLM<Target>) {
         if (s.tree_round()) {
-          // A tree round: its own forward_tree, then accept() (batching trees is future work).
+          inputs.push_back(input.host);
+          targets.push_back(&s.target());
+          trees.push_back(s.tree_parents());
+          step_.push_back(i);
+          return;
+        }
+      } else if constexpr (Session::kTreeCapable) {
+        if (s.tree_round()) {
+          // A tree round on a backend without batched trees: its own forward_tree.
           double seconds = 0;
           LogitsView rows;
           {
@@ -128,13 +148,15 @@ class BatchedRounds {
       }
       inputs.push_back(input.host);
       targets.push_back(&s.target());
+      trees.emplace_back();
       step_.push_back(i);
     });
     for (const auto& in : inputs) report.target_tokens += in.size();
     // 3. accept() each.
     run_forward<Target>(
         sessions, report, targets, inputs, report.verify_seconds,
-        [](Session& s, const LogitsView& rows, double seconds) { (void)s.accept(rows, seconds); });
+        [](Session& s, const LogitsView& rows, double seconds) { (void)s.accept(rows, seconds); },
+        trees);
     return report;
   }
 
@@ -159,21 +181,30 @@ class BatchedRounds {
   }
 
   /// The forward of models[j] over inputs[j] (session step_[j]), batched, then give(session,
-  /// rows, seconds) for each. When a batched forward throws, each model is run alone so that
-  /// only the sessions whose own forward fails are dropped (a refused batch changes no cache).
+  /// rows, seconds) for each; trees[j], where given and not empty, makes inputs[j] a token tree
+  /// with those parents (BatchedTreeCausalLM models only). When a batched forward throws, each
+  /// model is run alone so that only the sessions whose own forward fails are dropped (a
+  /// refused batch changes no cache).
   template <class M, class Give>
   void run_forward(std::span<Session* const> sessions, BatchedRound& report,
                    const std::vector<M*>& models,
                    const std::vector<std::span<const token_t>>& inputs, double& seconds_total,
-                   Give&& give) {
+                   Give&& give, const std::vector<std::span<const std::int32_t>>& trees = {}) {
     if (models.empty()) return;
+    const bool has_trees = std::any_of(trees.begin(), trees.end(),
+                                       [](const auto& parents) { return !parents.empty(); });
     std::vector<LogitsView> rows;
     double seconds = 0;
     bool batched = false;
     if constexpr (BatchedCausalLM<M>) {
       try {
         ScopedTimer timer(seconds);
-        rows = M::forward_batch(std::span<M* const>(models), inputs);
+        if constexpr (BatchedTreeCausalLM<M>) {
+          rows = has_trees ? M::forward_batch(std::span<M* const>(models), inputs, trees)
+                           : M::forward_batch(std::span<M* const>(models), inputs);
+        } else {
+          rows = M::forward_batch(std::span<M* const>(models), inputs);
+        }
         batched = true;
       } catch (...) {  // below, alone: the failing sequence is found and dropped
       }
@@ -190,7 +221,12 @@ class BatchedRounds {
           LogitsView row;
           {
             ScopedTimer timer(alone);
-            row = models[j]->forward(inputs[j]);
+            if constexpr (TreeCausalLM<M>) {
+              row = has_trees && !trees[j].empty() ? models[j]->forward_tree(inputs[j], trees[j])
+                                                   : models[j]->forward(inputs[j]);
+            } else {
+              row = models[j]->forward(inputs[j]);
+            }
           }
           seconds_total += alone;
           give(*sessions[i], row, alone);
