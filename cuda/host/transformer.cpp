@@ -58,6 +58,7 @@
 #include "specdec/model/llama_schema.hpp"
 #include "specdec/model/quants.hpp"
 #include "specdec/model/rope.hpp"
+#include "specdec/model/token_tree.hpp"
 
 namespace specdec::cuda {
 
@@ -428,27 +429,13 @@ struct Transformer::Impl {
                         std::size_t first, const char* who) {
     const std::size_t n = tokens.size();
     if (n == 0) throw Error(fmt::format("cuda::Transformer::{}: no tokens", who));
-    if (first + n > max_tree_nodes)
-      throw Error(fmt::format("cuda::Transformer::{}: {} nodes, at most {} are supported", who,
-                              first + n, max_tree_nodes));
-    if (n > capacity - cached - first)
-      throw Error(fmt::format(
-          "cuda::Transformer::{}: {} cached + {} tree nodes + {} new ones exceed the context "
-          "length {}",
-          who, cached, first, n, capacity));
-    if (parents.size() != n)
-      throw Error(
-          fmt::format("cuda::Transformer::{}: {} tokens but {} parents", who, n, parents.size()));
+    check_tree_nodes(n, parents, first, max_tree_nodes, cached, capacity,
+                     fmt::format("cuda::Transformer::{}", who));
     for (std::size_t i = 0; i < n; ++i) {
       if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= config.vocab_size)
         throw Error(
             fmt::format("cuda::Transformer::{}: token {} (at {}) is outside the vocabulary [0, {})",
                         who, tokens[i], i, config.vocab_size));
-      if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(first + i))
-        throw Error(fmt::format(
-            "cuda::Transformer::{}: node {} has parent {} (must be -1, the cached prefix, or a "
-            "node before it)",
-            who, first + i, parents[i]));
     }
     // The whole tree: the pending tree's first nodes, then these; each row's depth and path.
     std::vector<std::int32_t> all(tree_parents.begin(),
@@ -696,23 +683,7 @@ LogitsView Transformer::extend_tree(std::span<const token_t> tokens,
 
 void Transformer::accept_path(std::span<const std::size_t> path) {
   Impl& m = *impl_;
-  const std::vector<std::int32_t>& tree = m.tree_parents;
-  if (tree.empty())
-    throw Error(
-        "cuda::Transformer::accept_path: no forward_tree() or extend_tree() since the cache last "
-        "changed (a path is kept right after the tree was scored)");
-  for (std::size_t k = 0; k < path.size(); ++k) {
-    if (path[k] >= tree.size())
-      throw Error(
-          fmt::format("cuda::Transformer::accept_path: node {} (at {} of the path) is not in the "
-                      "tree of {} nodes",
-                      path[k], k, tree.size()));
-    const std::int64_t want = k == 0 ? -1 : static_cast<std::int64_t>(path[k - 1]);
-    if (tree[path[k]] != want)
-      throw Error(fmt::format(
-          "cuda::Transformer::accept_path: node {} (at {} of the path) has parent {}, not {}",
-          path[k], k, tree[path[k]], want));
-  }
+  check_tree_path(m.tree_parents, path, "cuda::Transformer::accept_path");
   kernels::KvPath kept;
   kept.count = static_cast<int>(path.size());
   for (std::size_t k = 0; k < path.size(); ++k) kept.node[k] = static_cast<int>(path[k]);

@@ -40,6 +40,7 @@
 #include "specdec/cpu/thread_pool.hpp"
 #include "specdec/model/llama_schema.hpp"
 #include "specdec/model/rope.hpp"
+#include "specdec/model/token_tree.hpp"
 
 namespace specdec::cpu {
 
@@ -611,42 +612,12 @@ void Transformer::check_tree_input(std::span<const token_t> tokens,
                                    std::span<const std::int32_t> parents, std::size_t first,
                                    const char* who) const {
   check_input(tokens, who);
-  if (first + tokens.size() > max_tree_nodes)
-    throw Error(fmt::format("cpu::Transformer::{}: {} nodes, at most {} are supported", who,
-                            first + tokens.size(), max_tree_nodes));
-  if (tokens.size() > context_length_ - cached_ - first)
-    throw Error(
-        fmt::format("cpu::Transformer::{}: {} cached + {} tree nodes + {} new ones exceed the "
-                    "context length {}",
-                    who, cached_, first, tokens.size(), context_length_));
-  if (parents.size() != tokens.size())
-    throw Error(fmt::format("cpu::Transformer::{}: {} tokens but {} parents", who, tokens.size(),
-                            parents.size()));
-  for (std::size_t i = 0; i < parents.size(); ++i)
-    if (parents[i] < -1 || parents[i] >= static_cast<std::int64_t>(first + i))
-      throw Error(fmt::format(
-          "cpu::Transformer::{}: node {} has parent {} (must be -1, the cached prefix, or a node "
-          "before it)",
-          who, first + i, parents[i]));
+  check_tree_nodes(tokens.size(), parents, first, max_tree_nodes, cached_, context_length_,
+                   std::string("cpu::Transformer::") + who);
 }
 
 void Transformer::accept_path(std::span<const std::size_t> path) {
-  if (tree_parents_.empty())
-    throw Error(
-        "cpu::Transformer::accept_path: no forward_tree() or extend_tree() since the cache last "
-        "changed (a path is kept right after the tree was scored)");
-  for (std::size_t k = 0; k < path.size(); ++k) {
-    if (path[k] >= tree_parents_.size())
-      throw Error(
-          fmt::format("cpu::Transformer::accept_path: node {} (at {} of the path) is not "
-                      "in the tree of {} nodes",
-                      path[k], k, tree_parents_.size()));
-    const std::int64_t want = k == 0 ? -1 : static_cast<std::int64_t>(path[k - 1]);
-    if (tree_parents_[path[k]] != want)
-      throw Error(fmt::format(
-          "cpu::Transformer::accept_path: node {} (at {} of the path) has parent {}, not {}",
-          path[k], k, tree_parents_[path[k]], want));
-  }
+  check_tree_path(tree_parents_, path, "cpu::Transformer::accept_path");
   // Node path[k] sits in slot cached_ + path[k] and moves to position cached_ + k. A child comes
   // after its parent, so path[k] >= k and increasing k never overwrites a row still to be moved.
   State& s = *state_;

@@ -16,49 +16,23 @@
 #include "specdec/cpu/kernels.hpp"
 #include "specdec/cpu/transformer.hpp"
 #include "specdec_test.hpp"
+#include "token_trees.hpp"
 
 namespace {
 
 using namespace specdec;
 using cpu::Isa;
 using cpu::Transformer;
+using test::path_to;
+using test::same_row;
+using test::tokens_of;
+using test::tree_shapes;
 
 std::vector<token_t> random_tokens(std::size_t n, std::size_t vocab, std::mt19937& rng) {
   std::uniform_int_distribution<token_t> d(0, static_cast<token_t>(vocab) - 1);
   std::vector<token_t> t(n);
   for (auto& x : t) x = d(rng);
   return t;
-}
-
-/// The nodes from a root (parent -1) down to `node`.
-std::vector<std::size_t> path_to(const std::vector<std::int32_t>& parents, std::size_t node) {
-  std::vector<std::size_t> path;
-  for (std::int64_t a = static_cast<std::int64_t>(node); a >= 0;
-       a = parents[static_cast<std::size_t>(a)])
-    path.insert(path.begin(), static_cast<std::size_t>(a));
-  return path;
-}
-
-std::vector<token_t> tokens_of(const std::vector<token_t>& tokens,
-                               const std::vector<std::size_t>& path) {
-  std::vector<token_t> out;
-  for (std::size_t node : path) out.push_back(tokens[node]);
-  return out;
-}
-
-bool same_row(const float* a, const float* b, std::size_t vocab) {
-  return std::memcmp(a, b, vocab * sizeof(float)) == 0;
-}
-
-/// Tree shapes: parents arrays (-1: after the cached prefix).
-std::vector<std::vector<std::int32_t>> tree_shapes() {
-  return {
-      {-1},                                                // one node
-      {-1, 0, 1, 2, 3},                                    // a chain (a verify step)
-      {-1, 0, 0, 0, 1, 1, 2, 4, 4, 7},                     // root, three children, deeper branches
-      {-1, 0, 1, 0, 3, 1, -1, 6, 6, 8},                    // two roots, interleaved node order
-      {-1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 14},  // a binary tree of 16 nodes
-  };
 }
 
 struct IsaOverride {

@@ -18,12 +18,17 @@
 #include "quantised_model.hpp"
 #include "specdec/cuda/transformer.hpp"
 #include "support.hpp"
+#include "token_trees.hpp"
 
 namespace {
 
 using specdec::LogitsView;
 using specdec::token_t;
 using specdec::cuda::Transformer;
+using specdec::test::path_to;
+using specdec::test::same_row;
+using specdec::test::tokens_of;
+using specdec::test::tree_shapes;
 
 std::vector<float> host_rows(Transformer& m, const LogitsView& v) {
   REQUIRE(v.where == specdec::Memory::device);
@@ -37,36 +42,6 @@ std::vector<token_t> random_tokens(std::size_t n, std::size_t vocab, std::mt1993
   std::vector<token_t> t(n);
   for (auto& x : t) x = d(rng);
   return t;
-}
-
-/// The nodes from a root (parent -1) down to `node`.
-std::vector<std::size_t> path_to(const std::vector<std::int32_t>& parents, std::size_t node) {
-  std::vector<std::size_t> path;
-  for (std::int64_t a = static_cast<std::int64_t>(node); a >= 0;
-       a = parents[static_cast<std::size_t>(a)])
-    path.insert(path.begin(), static_cast<std::size_t>(a));
-  return path;
-}
-
-std::vector<token_t> tokens_of(const std::vector<token_t>& tokens,
-                               const std::vector<std::size_t>& path) {
-  std::vector<token_t> out;
-  for (std::size_t node : path) out.push_back(tokens[node]);
-  return out;
-}
-
-bool same_row(const float* a, const float* b, std::size_t vocab) {
-  return std::memcmp(a, b, vocab * sizeof(float)) == 0;
-}
-
-std::vector<std::vector<std::int32_t>> tree_shapes() {
-  return {
-      {-1},                                                // one node
-      {-1, 0, 1, 2, 3},                                    // a chain (a verify step)
-      {-1, 0, 0, 0, 1, 1, 2, 4, 4, 7},                     // root, three children, deeper branches
-      {-1, 0, 1, 0, 3, 1, -1, 6, 6, 8},                    // two roots, interleaved node order
-      {-1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 14},  // a binary tree of 16 nodes
-  };
 }
 
 /// Tree invariance, extend_tree and accept_path on one model (see the top of the file).

@@ -179,6 +179,31 @@ GenerationConfig sampling_config(const SamplingParams& params, std::uint64_t see
   return cfg;
 }
 
+/// The tokens of suffix-drafter tree rounds of up to 6 nodes (matches of one token, every
+/// continuation seen: trees that branch at most nodes).
+std::vector<token_t> suffix_tree_tokens(const ToyModel& target_model,
+                                        const std::vector<token_t>& prompt,
+                                        const GenerationConfig& config) {
+  MockLM target = target_model.lm();
+  specdec::SuffixDrafter suffix({}, nullptr, {.max_nodes = 6, .min_score = 0.0f, .min_match = 1});
+  specdec::SpeculativeDecoder dec(suffix, target, SpeculativeOptions{.max_tree_nodes = 6});
+  return dec.generate(prompt, config).tokens;
+}
+
+/// The tokens of draft model trees of up to 5 nodes (every node verified).
+std::vector<token_t> model_tree_tokens(const ToyModel& target_model, const ToyModel& draft_model,
+                                       const std::vector<token_t>& prompt,
+                                       const GenerationConfig& config) {
+  MockLM target = target_model.lm();
+  MockLM draft = draft_model.lm();
+  specdec::ModelTreeDrafter<MockLM> trees(draft, {.branch = 2, .expand = 2, .max_depth = 3});
+  SpeculativeOptions options;
+  options.max_tree_nodes = 5;
+  options.tree_cost.assign(6, 1.0);
+  specdec::SpeculativeDecoder dec(trees, target, options);
+  return dec.generate(prompt, config).tokens;
+}
+
 }  // namespace
 
 TEST_CASE("chi-square tail probabilities match the tables", "[decoder]") {
@@ -220,25 +245,14 @@ TEST_CASE("speculative sampling has the target's law (first 3 tokens, V = 4)", "
       });
     }
     SECTION(std::string("suffix drafter, tree rounds of up to 6 nodes, ") + setting.name) {
-      // Matches of one token, every continuation seen: trees that branch at most nodes.
-      const specdec::TreeShape shape{.max_nodes = 6, .min_score = 0.0f, .min_match = 1};
       check_law(law, [&](std::uint64_t seed) {
-        MockLM target = target_model.lm();
-        specdec::SuffixDrafter suffix({}, nullptr, shape);
-        specdec::SpeculativeDecoder dec(suffix, target, SpeculativeOptions{.max_tree_nodes = 6});
-        return dec.generate(prompt, sampling_config(setting.params, seed)).tokens;
+        return suffix_tree_tokens(target_model, prompt, sampling_config(setting.params, seed));
       });
     }
     SECTION(std::string("draft model trees of up to 5 nodes, ") + setting.name) {
       check_law(law, [&](std::uint64_t seed) {
-        MockLM target = target_model.lm();
-        MockLM draft = draft_model.lm();
-        specdec::ModelTreeDrafter<MockLM> trees(draft, {.branch = 2, .expand = 2, .max_depth = 3});
-        SpeculativeOptions options;
-        options.max_tree_nodes = 5;
-        options.tree_cost.assign(6, 1.0);  // every node verified
-        specdec::SpeculativeDecoder dec(trees, target, options);
-        return dec.generate(prompt, sampling_config(setting.params, seed)).tokens;
+        return model_tree_tokens(target_model, draft_model, prompt,
+                                 sampling_config(setting.params, seed));
       });
     }
     for (const std::size_t k : {1, 2, 3}) {
@@ -463,24 +477,13 @@ TEST_CASE("speculative sampling with penalties and logit bias has the penalised 
     }
     // Token trees: each node's row adjusted for its own path.
     SECTION(std::string("suffix drafter, tree rounds of up to 6 nodes, ") + setting.name) {
-      const specdec::TreeShape shape{.max_nodes = 6, .min_score = 0.0f, .min_match = 1};
       check_law(law, [&](std::uint64_t seed) {
-        MockLM target = target_model.lm();
-        specdec::SuffixDrafter suffix({}, nullptr, shape);
-        specdec::SpeculativeDecoder dec(suffix, target, SpeculativeOptions{.max_tree_nodes = 6});
-        return dec.generate(prompt, config(seed)).tokens;
+        return suffix_tree_tokens(target_model, prompt, config(seed));
       });
     }
     SECTION(std::string("draft model trees of up to 5 nodes, ") + setting.name) {
       check_law(law, [&](std::uint64_t seed) {
-        MockLM target = target_model.lm();
-        MockLM draft = draft_model.lm();
-        specdec::ModelTreeDrafter<MockLM> trees(draft, {.branch = 2, .expand = 2, .max_depth = 3});
-        SpeculativeOptions options;
-        options.max_tree_nodes = 5;
-        options.tree_cost.assign(6, 1.0);  // every node verified
-        specdec::SpeculativeDecoder dec(trees, target, options);
-        return dec.generate(prompt, config(seed)).tokens;
+        return model_tree_tokens(target_model, draft_model, prompt, config(seed));
       });
     }
   }
