@@ -46,15 +46,26 @@ inline void check_tree_path(std::span<const std::int32_t> tree, std::span<const 
                 ": no forward_tree() or extend_tree() since the cache last changed (a path is "
                 "kept right after the tree was scored)");
   for (std::size_t k = 0; k < path.size(); ++k) {
-    const std::string node =
-        "node " + std::to_string(path[k]) + " (at " + std::to_string(k) + " of the path)";
-    if (path[k] >= tree.size())
-      throw Error(who + ": " + node + " is not in the tree of " + std::to_string(tree.size()) +
-                  " nodes");
+    const bool in_tree = path[k] < tree.size();
     const std::int64_t want = k == 0 ? -1 : static_cast<std::int64_t>(path[k - 1]);
-    if (tree[path[k]] != want)
-      throw Error(who + ": " + node + " has parent " + std::to_string(tree[path[k]]) + ", not " +
-                  std::to_string(want));
+    if (in_tree && tree[path[k]] == want) continue;
+    std::string message = who;
+    message += ": node ";
+    message += std::to_string(path[k]);
+    message += " (at ";
+    message += std::to_string(k);
+    message += " of the path) ";
+    if (!in_tree) {
+      message += "is not in the tree of ";
+      message += std::to_string(tree.size());
+      message += " nodes";
+    } else {
+      message += "has parent ";
+      message += std::to_string(tree[path[k]]);
+      message += ", not ";
+      message += std::to_string(want);
+    }
+    throw Error(message);
   }
 }
 
