@@ -209,6 +209,40 @@ TEST_CASE("tinyllama: greedy speculative == greedy target-only, adaptive k and n
   }
 }
 
+TEST_CASE(
+    "tinyllama: greedy tree speculation with penalties emits the penalised target-only tokens",
+    "[decoder][tinyllama][tree][penalties]") {
+  // Each tree node's row is adjusted for its own path (HostSampler::verify_tree): suffix trees
+  // and draft model trees emit what target-only decoding with the same penalties emits.
+  const Pair* p = pair();
+  if (!p) {
+    WARN("SKIPPED: tinyllama-pair not found (set SPECDEC_TINYLLAMA_PAIR)");
+    return;
+  }
+  specdec::cpu::Transformer target(p->target_file, cpu_options());
+  specdec::cpu::Transformer draft(p->draft_file, cpu_options());
+  GenerationConfig cfg = greedy();
+  cfg.max_new_tokens = 32;
+  cfg.penalties.repeat = 1.3f;
+  cfg.penalties.last_n = 32;
+  cfg.penalties.frequency = 0.2f;
+  std::size_t changed = 0;
+  for (const std::size_t i : {0, 7, 25}) {
+    const auto& prompt = p->prompts[i].prompt_ids;
+    INFO("prompt " << i);
+    const auto expected = specdec::AutoregressiveDecoder(target).generate(prompt, cfg).tokens;
+    changed += expected != specdec::AutoregressiveDecoder(target).generate(prompt, greedy()).tokens;
+    specdec::SuffixDrafter suffix({}, nullptr, {.max_nodes = 12, .min_score = 0.05f});
+    specdec::SpeculativeDecoder suffix_trees(suffix, target,
+                                             SpeculativeOptions{.max_tree_nodes = 12});
+    CHECK(suffix_trees.generate(prompt, cfg).tokens == expected);
+    specdec::ModelTreeDrafter<specdec::cpu::Transformer> trees(draft);
+    specdec::SpeculativeDecoder model_trees(trees, target, SpeculativeOptions{.max_tree_nodes = 8});
+    CHECK(model_trees.generate(prompt, cfg).tokens == expected);
+  }
+  CHECK(changed > 0);  // the penalties changed some output
+}
+
 TEST_CASE("tinyllama: streamed text is the tokenizer's decoding of the continuation",
           "[decoder][tinyllama]") {
   const Pair* p = pair();
