@@ -36,6 +36,7 @@
 #include "host/device_buffer.hpp"
 #include "kernels/sampling.hpp"
 #include "specdec/cuda/transformer.hpp"
+#include "specdec/model/token_tree.hpp"
 
 namespace specdec::cuda {
 
@@ -457,9 +458,7 @@ TreeVerdict DeviceSampler::verify_tree(const LogitsView& target, std::span<const
   m.p_valid = false;  // p_rows() describes chains
 
   // A node's position is position + its depth (the errors name it).
-  m.tree_depth.assign(n, 0);
-  for (std::size_t i = 1; i < n; ++i)
-    m.tree_depth[i] = m.tree_depth[static_cast<std::size_t>(parents[i])] + 1;
+  tree_depths(parents, m.tree_depth);
   if (!greedy) {
     for (std::size_t r = 0; r < n; ++r)
       if (m.host_tree_bad.get()[r] >= 0)
@@ -474,10 +473,7 @@ TreeVerdict DeviceSampler::verify_tree(const LogitsView& target, std::span<const
   sampling::throw_if_error(outcome, "DeviceSampler::verify_tree");
   if (!greedy) m.target_counter += n;
   m.tree_path = sampling::detail::tree_path(outcome, parents);
-  const std::size_t end = m.tree_path.empty() ? 0 : m.tree_path.back();
-  const bool leaf = std::none_of(parents.begin(), parents.end(), [end](std::int32_t parent) {
-    return parent == static_cast<std::int32_t>(end);
-  });
+  const bool leaf = tree_leaf(parents, m.tree_path.empty() ? 0 : m.tree_path.back());
   return TreeVerdict{m.tree_path, outcome.next, leaf, {}};
 }
 

@@ -413,6 +413,16 @@ struct Transformer::Impl {
     if (tree == nullptr) cached += static_cast<std::size_t>(n);
   }
 
+  /// Throws, naming `who`, for a host token id outside the vocabulary.
+  void check_ids(std::span<const token_t> ids, const char* who) const {
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= config.vocab_size)
+        throw Error(
+            fmt::format("cuda::Transformer::{}: token {} (at {}) is outside the vocabulary [0, {})",
+                        who, ids[i], i, config.vocab_size));
+    }
+  }
+
   /// Grows the logits buffer to `rows` rows (at least 16), waiting for the old one's users.
   void reserve_logits(std::size_t rows) {
     if (rows <= logits_rows) return;
@@ -431,24 +441,18 @@ struct Transformer::Impl {
     if (n == 0) throw Error(fmt::format("cuda::Transformer::{}: no tokens", who));
     check_tree_nodes(n, parents, first, max_tree_nodes, cached, capacity,
                      fmt::format("cuda::Transformer::{}", who));
-    for (std::size_t i = 0; i < n; ++i) {
-      if (tokens[i] < 0 || static_cast<std::size_t>(tokens[i]) >= config.vocab_size)
-        throw Error(
-            fmt::format("cuda::Transformer::{}: token {} (at {}) is outside the vocabulary [0, {})",
-                        who, tokens[i], i, config.vocab_size));
-    }
+    check_ids(tokens, who);
     // The whole tree: the pending tree's first nodes, then these; each row's depth and path.
     std::vector<std::int32_t> all(tree_parents.begin(),
                                   tree_parents.begin() + static_cast<std::ptrdiff_t>(first));
     all.insert(all.end(), parents.begin(), parents.end());
-    std::vector<int> depth(all.size(), 0);
-    for (std::size_t i = 0; i < all.size(); ++i)
-      depth[i] = all[i] < 0 ? 0 : depth[static_cast<std::size_t>(all[i])] + 1;
+    std::vector<std::size_t> depth;
+    tree_depths(all, depth);
     kernels::TreeRows rows;
     rows.first = static_cast<int>(first);
     for (std::size_t t = 0; t < n; ++t) {
       const std::size_t node = first + t;
-      rows.depth[t] = depth[node];
+      rows.depth[t] = static_cast<int>(depth[node]);
       for (auto v = static_cast<std::int32_t>(node); v >= 0; v = all[static_cast<std::size_t>(v)])
         rows.ancestor[t][depth[static_cast<std::size_t>(v)]] = v;
     }
@@ -469,15 +473,7 @@ struct Transformer::Impl {
           "cuda::Transformer::forward: {} cached + {} new tokens exceed the context length {}",
           cached, count, capacity));
     }
-    if (host_ids != nullptr) {
-      for (std::size_t i = 0; i < count; ++i) {
-        if (host_ids[i] < 0 || static_cast<std::size_t>(host_ids[i]) >= c.vocab_size) {
-          throw Error(fmt::format(
-              "cuda::Transformer::forward: token {} (at {}) is outside the vocabulary [0, {})",
-              host_ids[i], i, c.vocab_size));
-        }
-      }
-    }
+    if (host_ids != nullptr) check_ids(std::span(host_ids, count), "forward");
     if (epilogue != nullptr && (epilogue->key == 0 || !epilogue->enqueue))
       throw Error("cuda::Transformer::forward: a step epilogue needs a nonzero key and work");
     reserve_logits(count);

@@ -191,17 +191,17 @@ class BatchedRounds {
                    const std::vector<std::span<const token_t>>& inputs, double& seconds_total,
                    Give&& give, const std::vector<std::span<const std::int32_t>>& trees = {}) {
     if (models.empty()) return;
-    const bool has_trees = std::any_of(trees.begin(), trees.end(),
-                                       [](const auto& parents) { return !parents.empty(); });
+    const auto tree_of = [&](std::size_t j) {
+      return trees.empty() ? std::span<const std::int32_t>() : trees[j];
+    };
     std::vector<LogitsView> rows;
     double seconds = 0;
     bool batched = false;
     if constexpr (BatchedCausalLM<M>) {
       try {
         ScopedTimer timer(seconds);
-        if constexpr (BatchedTreeCausalLM<M>) {
-          rows = has_trees ? M::forward_batch(std::span<M* const>(models), inputs, trees)
-                           : M::forward_batch(std::span<M* const>(models), inputs);
+        if constexpr (BatchedTreeCausalLM<M>) {  // trees empty or all empty: chains
+          rows = M::forward_batch(std::span<M* const>(models), inputs, trees);
         } else {
           rows = M::forward_batch(std::span<M* const>(models), inputs);
         }
@@ -222,8 +222,8 @@ class BatchedRounds {
           {
             ScopedTimer timer(alone);
             if constexpr (TreeCausalLM<M>) {
-              row = has_trees && !trees[j].empty() ? models[j]->forward_tree(inputs[j], trees[j])
-                                                   : models[j]->forward(inputs[j]);
+              row = tree_of(j).empty() ? models[j]->forward(inputs[j])
+                                       : models[j]->forward_tree(inputs[j], tree_of(j));
             } else {
               row = models[j]->forward(inputs[j]);
             }

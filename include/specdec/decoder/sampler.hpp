@@ -27,6 +27,7 @@
 
 #include "specdec/common.hpp"
 #include "specdec/model/causal_lm.hpp"
+#include "specdec/model/token_tree.hpp"
 #include "specdec/sampling/logprobs.hpp"
 #include "specdec/sampling/penalties.hpp"
 #include "specdec/sampling/philox.hpp"
@@ -197,9 +198,7 @@ class HostSampler {
     detail::check_logits(target, n, vocab_, "target model");
     sampling::validate_tree(tokens, parents, vocab_, sampling::TreeProposal::point_mass);
     const auto t0 = std::chrono::steady_clock::now();
-    depth_.assign(n, 0);  // a node's position is position + its depth (error messages)
-    for (std::size_t i = 1; i < n; ++i)
-      depth_[i] = depth_[static_cast<std::size_t>(parents[i])] + 1;
+    tree_depths(parents, depth_);  // a node's position is position + its depth (error messages)
     token_t next = -1;
     if (params_.greedy()) {
       const float* rows = target.row(0).data();
@@ -227,10 +226,7 @@ class HostSampler {
       tree_path_ = std::move(r.path);
       next = r.next;
     }
-    const std::size_t end = tree_path_.empty() ? 0 : tree_path_.back();
-    const bool leaf = std::none_of(parents.begin(), parents.end(), [end](std::int32_t parent) {
-      return parent == static_cast<std::int32_t>(end);
-    });
+    const bool leaf = tree_leaf(parents, tree_path_.empty() ? 0 : tree_path_.back());
     if (logprobs_on_) {
       // The emitted tokens: the path's, then next; each from its parent's row (the root's first).
       // tokens_ becomes the path, as a chain's drafted tokens: the context adjusted() gives the

@@ -522,12 +522,11 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     if constexpr (requires { Target::max_tree_nodes; }) {
       // The tree the target scores holds the drafted nodes and the sequence's last token.
       if (options.max_tree_nodes + 1 > Target::max_tree_nodes)
-        throw Error(std::string(name_) + ": max_tree_nodes is " +
-                    std::to_string(options.max_tree_nodes) +
-                    ", but the target scores trees of at " + "most " +
-                    std::to_string(Target::max_tree_nodes) +
-                    " nodes, the sequence's last token included: at most " +
-                    std::to_string(Target::max_tree_nodes - 1) + " drafted nodes");
+        throw Error(
+            std::string(name_) + ": max_tree_nodes is " + std::to_string(options.max_tree_nodes) +
+            ", but the target scores trees of at most " + std::to_string(Target::max_tree_nodes) +
+            " nodes, the sequence's last token included: at most " +
+            std::to_string(Target::max_tree_nodes - 1) + " drafted nodes");
     }
     for (const double c : options.tree_cost)
       if (!(c > 0) || c > 1e9)

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "specdec/common.hpp"
 
@@ -34,6 +35,20 @@ inline void check_tree_nodes(std::size_t count, std::span<const std::int32_t> pa
       throw Error(who + ": node " + std::to_string(first + i) + " has parent " +
                   std::to_string(parents[i]) +
                   " (must be -1, the cached prefix, or a node before it)");
+}
+
+/// depth[i] = the depth of node i of a tree (parents[i] = -1 or an earlier node): 0 for a root.
+inline void tree_depths(std::span<const std::int32_t> parents, std::vector<std::size_t>& depth) {
+  depth.assign(parents.size(), 0);
+  for (std::size_t i = 0; i < parents.size(); ++i)
+    if (parents[i] >= 0) depth[i] = depth[static_cast<std::size_t>(parents[i])] + 1;
+}
+
+/// Whether `node` has no child in the tree.
+inline bool tree_leaf(std::span<const std::int32_t> parents, std::size_t node) {
+  for (const std::int32_t parent : parents)
+    if (parent == static_cast<std::int64_t>(node)) return false;
+  return true;
 }
 
 /// `path` is a chain from a root of `tree` (the parents of the tree scored since the cache last
