@@ -19,7 +19,11 @@
 
 #include <cstdint>
 
+#include <cstddef>
+#include <string>
+
 #include "common/reduce.cuh"
+#include "specdec/common.hpp"
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/process.hpp"
 #include "specdec/sampling/verify.hpp"
@@ -468,6 +472,21 @@ SPECDEC_DEVICE ProcessStatus process_row(const float* logits, int vocab,
   }
   __syncthreads();
   return ProcessStatus{-1};
+}
+
+// ------------------------------------------------------------------ launch (host)
+
+/// Dynamic shared memory of a block that samples rows (BlockRowSampler, the row passes):
+/// 3 * scan_blocks(vocab) floats.
+inline std::size_t row_sampler_shared_bytes(int vocab) {
+  return 3 * static_cast<std::size_t>(scan_blocks(vocab)) * sizeof(float);
+}
+
+/// Throws, naming `what`, for a vocabulary or a block size the sampling kernels cannot take.
+inline void check_sampling_launch(const char* what, int vocab, int threads) {
+  if (vocab <= 0) throw Error(std::string(what) + ": vocabulary size is 0");
+  if (threads < 32 || threads % 32 != 0 || threads > 1024)
+    throw Error(std::string(what) + ": bad block size");
 }
 
 }  // namespace specdec::cuda::sampling_device

@@ -19,9 +19,7 @@ __global__ void argmax_kernel(const float* x, int vocab, token_t* out) {
 void argmax_rows(const float* x, int rows, int vocab, token_t* out, cudaStream_t stream,
                  int threads) {
   if (rows <= 0) return;
-  if (vocab <= 0) throw Error("argmax_rows: vocabulary size is 0");
-  if (threads < 32 || threads % 32 != 0 || threads > 1024)
-    throw Error("argmax_rows: bad block size");
+  sampling_device::check_sampling_launch("argmax_rows", vocab, threads);
   launch(argmax_kernel, dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(threads)), 0,
          stream, x, vocab, out);
   SPECDEC_CUDA_CHECK_LAUNCH("argmax_kernel");

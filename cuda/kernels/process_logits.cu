@@ -27,9 +27,7 @@ template <class Args>
 void launch_process(const float* logits, int rows, int vocab, Args args, float* probs,
                     int* bad_logit, float* bad_value, cudaStream_t stream, int threads) {
   if (rows <= 0) return;
-  if (vocab <= 0) throw Error("process_logits: vocabulary size is 0");
-  if (threads < 32 || threads % 32 != 0 || threads > 1024)
-    throw Error("process_logits: bad block size");
+  sampling_device::check_sampling_launch("process_logits", vocab, threads);
   launch(process_logits_kernel<Args>, dim3(static_cast<unsigned>(rows)),
          dim3(static_cast<unsigned>(threads)), 0, stream, logits, vocab, args, probs, bad_logit,
          bad_value);

@@ -61,13 +61,7 @@ __global__ void draft_sample_kernel(const float* logits, int vocab, SamplerRound
 }
 
 void check_shape(int vocab, int threads) {
-  if (vocab <= 0) throw Error("sample_rows: vocabulary size is 0");
-  if (threads < 32 || threads % 32 != 0 || threads > 1024)
-    throw Error("sample_rows: bad block size");
-}
-
-std::size_t scan_shared_bytes(int vocab) {
-  return 3 * static_cast<std::size_t>(sampling_device::scan_blocks(vocab)) * sizeof(float);
+  sampling_device::check_sampling_launch("sample_rows", vocab, threads);
 }
 
 }  // namespace
@@ -79,8 +73,9 @@ void sample_rows(const float* logits, int rows, int vocab, const sampling::Sampl
   if (rows <= 0) return;
   check_shape(vocab, threads);
   launch(sample_kernel<ImmediateArgs>, dim3(static_cast<unsigned>(rows)),
-         dim3(static_cast<unsigned>(threads)), scan_shared_bytes(vocab), stream, logits, vocab,
-         ImmediateArgs{{params, seed, stream_base, counter}}, q, tokens, bad_logit);
+         dim3(static_cast<unsigned>(threads)), sampling_device::row_sampler_shared_bytes(vocab),
+         stream, logits, vocab, ImmediateArgs{{params, seed, stream_base, counter}}, q, tokens,
+         bad_logit);
   SPECDEC_CUDA_CHECK_LAUNCH("sample_kernel");
 }
 
@@ -88,7 +83,8 @@ void draft_sample(const float* logits, int vocab, SamplerRound* round, float* q,
                   int* bad_logit, float* bad_value, cudaStream_t stream, int threads) {
   check_shape(vocab, threads);
   launch(draft_sample_kernel, dim3(1), dim3(static_cast<unsigned>(threads)),
-         scan_shared_bytes(vocab), stream, logits, vocab, round, q, tokens, bad_logit, bad_value);
+         sampling_device::row_sampler_shared_bytes(vocab), stream, logits, vocab, round, q, tokens,
+         bad_logit, bad_value);
   SPECDEC_CUDA_CHECK_LAUNCH("draft_sample_kernel");
 }
 

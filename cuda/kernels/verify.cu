@@ -64,9 +64,7 @@ __global__ void verify_greedy_kernel(const float* rows, bool logits, const token
 
 void check_launch_shape(const char* what, int batch, int k, int vocab, int threads) {
   if (batch < 0 || k < 0) throw Error(std::string(what) + ": negative batch or k");
-  if (vocab <= 0) throw Error(std::string(what) + ": vocabulary size is 0");
-  if (threads < 32 || threads % 32 != 0 || threads > 1024)
-    throw Error(std::string(what) + ": bad block size");
+  sampling_device::check_sampling_launch(what, vocab, threads);
 }
 
 template <class Args>
@@ -75,8 +73,7 @@ void launch_verify(const char* what, const float* p, const float* q, const token
                    VerifyOutcome* outcome, cudaStream_t stream, int threads) {
   check_launch_shape(what, batch, k, vocab, threads);
   if (batch == 0) return;
-  const std::size_t smem =
-      3 * static_cast<std::size_t>(sampling_device::scan_blocks(vocab)) * sizeof(float);
+  const std::size_t smem = sampling_device::row_sampler_shared_bytes(vocab);
   launch(verify_kernel<Args>, dim3(static_cast<unsigned>(batch)),
          dim3(static_cast<unsigned>(threads)), smem, stream, p, q, draft, k, vocab, args, accepted,
          emitted, outcome);

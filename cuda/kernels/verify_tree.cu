@@ -43,11 +43,8 @@ void verify_tree(const float* rows, bool greedy, const token_t* tokens, const st
                  int n, int vocab, const RoundArgs* args, float* scratch,
                  sampling::TreeVerifyOutcome* outcome, cudaStream_t stream, int threads) {
   if (n < 1) throw Error("verify_tree: a tree has at least its root");
-  if (vocab <= 0) throw Error("verify_tree: vocabulary size is 0");
-  if (threads < 32 || threads % 32 != 0 || threads > 1024)
-    throw Error("verify_tree: bad block size");
-  const std::size_t smem =
-      3 * static_cast<std::size_t>(sampling_device::scan_blocks(vocab)) * sizeof(float);
+  sampling_device::check_sampling_launch("verify_tree", vocab, threads);
+  const std::size_t smem = sampling_device::row_sampler_shared_bytes(vocab);
   launch(verify_tree_kernel, dim3(1), dim3(static_cast<unsigned>(threads)), smem, stream, rows,
          greedy, tokens, parents, n, vocab, args, scratch, outcome);
   SPECDEC_CUDA_CHECK_LAUNCH("verify_tree_kernel");
