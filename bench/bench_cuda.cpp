@@ -19,6 +19,10 @@
 //     acceptance the draft's first step is fed two tokens), the difference being the round's
 //     overhead (sampling kernels, the one copy to the host, launches that the graphs do not
 //     hide); the same for plain decoding (AutoregressiveDecoder) against T(1);
+//   - token trees: for n = 2, 4, 8, 16 where --tokens has them, forward_tree of an n-node binary
+//   tree (node i's
+//     parent (i - 1) / 2: the widest tree of its depth) against the chain forward of n tokens,
+//     interleaved, and accept_path of its deepest path (the K/V rows moved into place);
 //   - with --draft D: the same round with D as the draft (its acceptance is whatever the two
 //     models' greedy tokens agree on: with random weights, about none) and the draft step D /
 //     T(1) against their bytes.
@@ -31,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -102,6 +107,68 @@ std::vector<token_t> prompt_ids(std::size_t n, std::size_t vocab) {
   std::vector<token_t> ids(n);
   for (std::size_t i = 0; i < n; ++i) ids[i] = static_cast<token_t>((i * 7919 + 13) % vocab);
   return ids;
+}
+
+/// Seconds from an idle device to the completion point of what `work` enqueues.
+template <class Work>
+double time_to_completion(specdec::cuda::Transformer& model, Work&& work) {
+  model.synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  work();
+  model.synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+struct TreeTimes {
+  double chain = 0, tree = 0, accept = 0;  // seconds: forward(n), forward_tree(n), accept_path
+  std::size_t depth = 0;                   // nodes on the accepted (deepest) path
+};
+
+/// For each n in `ns`: the median of `repeats` sweeps (two untimed first) of a chain forward of
+/// n tokens, forward_tree of the n-node binary tree (node i's parent (i - 1) / 2) and, after
+/// another forward_tree, accept_path of its deepest path (the root to node n - 1), each after
+/// `context` positions. Leaves the cache empty.
+std::vector<TreeTimes> time_trees(specdec::cuda::Transformer& model, std::size_t context,
+                                  const std::vector<std::size_t>& ns, std::size_t repeats) {
+  model.rollback(0);
+  (void)model.forward(std::vector<token_t>(context, token_t{0}));
+  std::vector<std::vector<double>> chain(ns.size()), tree(ns.size()), accept(ns.size());
+  std::vector<TreeTimes> result(ns.size());
+  for (std::size_t r = 0; r < repeats + 2; ++r) {
+    for (std::size_t i = 0; i < ns.size(); ++i) {
+      const std::size_t n = ns[i];
+      const std::vector<token_t> tokens(n, token_t{0});
+      std::vector<std::int32_t> parents(n);
+      for (std::size_t j = 1; j < n; ++j) parents[j] = static_cast<std::int32_t>((j - 1) / 2);
+      parents[0] = -1;
+      std::vector<std::size_t> path;
+      for (auto v = static_cast<std::int32_t>(n - 1); v >= 0;
+           v = parents[static_cast<std::size_t>(v)])
+        path.insert(path.begin(), static_cast<std::size_t>(v));
+      const double c = time_to_completion(model, [&] { (void)model.forward(tokens); });
+      model.rollback(context);
+      const double t =
+          time_to_completion(model, [&] { (void)model.forward_tree(tokens, parents); });
+      const double a = time_to_completion(model, [&] { model.accept_path(path); });
+      model.rollback(context);
+      if (r < 2) continue;
+      chain[i].push_back(c);
+      tree[i].push_back(t);
+      accept[i].push_back(a);
+      result[i].depth = path.size();
+    }
+  }
+  const auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  for (std::size_t i = 0; i < ns.size(); ++i) {
+    result[i].chain = median(chain[i]);
+    result[i].tree = median(tree[i]);
+    result[i].accept = median(accept[i]);
+  }
+  model.rollback(0);
+  return result;
 }
 
 struct RoundResult {
@@ -268,6 +335,30 @@ int main(int argc, char** argv) try {
                  1e3 * prefill / ms);
       row["prefill_tokens"] = prefill;
       row["prefill_ms"] = ms;
+    }
+    {
+      // Token trees: what scoring n nodes as a tree costs over a chain of n (the tree attention
+      // reads each row's path through the staged node table), and what keeping a path costs.
+      // (Sizes 2, 4, 8, 16 of --tokens, at most 10 repeats: a tree sweep costs two forwards.)
+      std::vector<std::size_t> tree_ns;
+      for (const std::size_t n : ns)
+        if (n == 2 || n == 4 || n == 8 || n == specdec::cuda::Transformer::max_tree_nodes)
+          tree_ns.push_back(n);
+      const std::vector<TreeTimes> trees =
+          time_trees(model, context, tree_ns, std::min<std::size_t>(repeats, 10));
+      nlohmann::json tree_rows = nlohmann::json::object();
+      fmt::print("  trees, forward_tree(n) / forward(n) and accept_path of depth d in us:");
+      for (std::size_t i = 0; i < tree_ns.size(); ++i) {
+        const TreeTimes& t = trees[i];
+        fmt::print(" {}:{:.3f}/{:.0f}us(d{})", tree_ns[i], t.tree / t.chain, 1e6 * t.accept,
+                   t.depth);
+        tree_rows[std::to_string(tree_ns[i])] = {{"chain_seconds", t.chain},
+                                                 {"tree_seconds", t.tree},
+                                                 {"accept_path_seconds", t.accept},
+                                                 {"path_nodes", t.depth}};
+      }
+      fmt::print("\n");
+      row["trees"] = tree_rows;
     }
     const std::vector<token_t> prompt = prompt_ids(context, loaded.config.vocab_size);
     const PlainResult plain_result = plain_decoding(model, prompt, round_tokens);

@@ -23,6 +23,8 @@
 #             pair, then the random-weight models; tools/compare_logits.py, the tests' tolerances)
 #   greedy.pair, sampled.pair   `specdec bench --backend cuda` on the trained pair: greedy
 #             speculative output must equal target-only (bench fails otherwise); temperature 0.8
+#   suffix.greedy, suffix.sampled   the same with suffix decoding's token trees (forward_tree,
+#             the device tree verification, accept_path): chains and trees of 4 and 15 nodes
 #   bench.*   bench_cuda on the random models: T(n) and the roofline, prefill, the device round
 #             with forced acceptance, a draft pair (greedy tokens compared with plain decoding)
 #   dev.*     the kernel harness (cuda/dev): every variant checked against its CPU reference and
@@ -195,16 +197,24 @@ greedy_args=(-m "$pair/target-f32.gguf" -md "$pair/draft-f32.gguf" --prompts "$p
 if [ "$emu" = 1 ]; then greedy_args+=(--limit 1 -n 8); else greedy_args+=(--limit 5 -n 64); fi
 step greedy.pair 120 "$cli" bench --backend cuda --temp 0 "${greedy_args[@]}"
 step sampled.pair 120 "$cli" bench --backend cuda --temp 0.8 -s 7 "${greedy_args[@]}"
-for s in greedy sampled; do
-  python3 - "$logs/$s.pair.log" <<'EOF' >>"$OUT/summary.txt" 2>&1
+# Token trees end to end: suffix decoding (no draft model: draft-model trees need host logits).
+suffix_args=(-m "$pair/target-f32.gguf" --prompts "$pair/eval-prompts.jsonl" --suffix
+  --tree-nodes 0,4,15 -k 8 --repeat 1 --json)
+if [ "$emu" = 1 ]; then suffix_args+=(--limit 1 -n 8); else suffix_args+=(--limit 5 -n 64); fi
+step suffix.greedy 120 "$cli" bench --backend cuda --temp 0 "${suffix_args[@]}"
+step suffix.sampled 120 "$cli" bench --backend cuda --temp 0.8 -s 7 "${suffix_args[@]}"
+for s in greedy.pair sampled.pair suffix.greedy suffix.sampled; do
+  python3 - "$logs/$s.log" "$s" <<'EOF' >>"$OUT/summary.txt" 2>&1
 import json, sys
 text = open(sys.argv[1]).read()
 j = json.loads(text[text.index("{"):])
-print(f"bench --backend cuda on the trained pair, T {j['results'][0]['temperature']}: greedy runs "
-      f"identical {j['greedy_runs_identical']}/{j['greedy_runs_compared']}; T(1) "
+draft = dict(j.get("draft_step_seconds") or [])
+print(f"bench --backend cuda on the trained pair ({sys.argv[2]}), T "
+      f"{j['results'][0]['temperature']}: greedy runs identical "
+      f"{j['greedy_runs_identical']}/{j['greedy_runs_compared']}; T(1) "
       f"{1e3 * j['target_forward_seconds'][0]:.3f} ms, T(n)/T(1) "
       + " ".join(f"{t / j['target_forward_seconds'][0]:.2f}" for t in j['target_forward_seconds'])
-      + f"; draft step {1e3 * dict(j['draft_step_seconds'])[0]:.3f} ms")
+      + (f"; draft step {1e3 * draft[0]:.3f} ms" if 0 in draft else ""))
 for r in j["results"]:
     print(f"  {r['domain']:>6} {r['config']:<28} {r['tokens_per_second']:9.1f} tok/s "
           f"speedup {r['speedup']:.2f} (predicted {r['predicted_speedup']:.2f}) acceptance "
