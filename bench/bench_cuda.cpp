@@ -2,7 +2,8 @@
 // steps, prefill, and the device round against the cost model. The CUDA counterpart of bench_cpu.
 //
 //   bench_cuda MODEL.gguf [MODEL.gguf ...] [--tokens 1,2,4,8,12,16] [--repeats 30] [--context 128]
-//              [--round-k 4] [--round-tokens 128] [--draft DRAFT.gguf] [--json OUT.json]
+//              [--round-k 4] [--round-tokens 128] [--draft DRAFT.gguf] [--gemm-rows R]
+//              [--json OUT.json]
 //
 // Every time is GPU time: a forward is timed from an idle device to its completion point
 // (specdec::synchronize, cost_model.hpp's measure_forward_times), the median of --repeats.
@@ -26,6 +27,8 @@
 //   - with --draft D: the same round with D as the draft (its acceptance is whatever the two
 //     models' greedy tokens agree on: with random weights, about none) and the draft step D /
 //     T(1) against their bytes.
+// --gemm-rows R runs the skinny GEMM with R weight rows per lane (1, 2, 4; default 0: its
+// automatic choice by step size), to compare the choices on one GPU.
 // Every speculative run's greedy tokens are compared with plain decoding's: a difference is
 // reported and makes the exit status 1 (after the JSON is written).
 // Random-weight real-shape models come from make_random_gguf (tools/); the prompt is token ids.
@@ -245,6 +248,7 @@ int main(int argc, char** argv) try {
   std::vector<std::string> models;
   std::vector<std::size_t> ns{1, 2, 4, 8, 12, 16};
   std::size_t repeats = 30, context = 128, round_k = 4, round_tokens = 128, prefill = 512;
+  int gemm_rows = 0;
   std::optional<std::string> draft_path, json_path;
   app.add_option("models", models, "GGUF files")->required()->check(CLI::ExistingFile);
   app.add_option("--tokens", ns, "tokens per forward call (at most 16: the decode path)")
@@ -267,6 +271,10 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   app.add_option("--draft", draft_path, "also time rounds with this draft model")
       ->check(CLI::ExistingFile);
+  app.add_option("--gemm-rows", gemm_rows,
+                 "skinny GEMM weight rows per lane (1, 2, 4; 0: by step size)")
+      ->check(CLI::IsMember({0, 1, 2, 4}))
+      ->capture_default_str();
   app.add_option("--json", json_path, "also write the results to this JSON file");
   CLI11_PARSE(app, argc, argv);
   std::sort(ns.begin(), ns.end());
@@ -288,7 +296,9 @@ int main(int argc, char** argv) try {
   for (const std::string& path : models) {
     const specdec::LoadedModel loaded = specdec::load_model(path);
     const std::size_t context_length = context + round_tokens + 2 * max_n + 16;
-    specdec::cuda::Transformer model(loaded, {.context_length = std::max(context_length, prefill)});
+    const specdec::cuda::Options options{.context_length = std::max(context_length, prefill),
+                                         .gemm_rows_per_lane = gemm_rows};
+    specdec::cuda::Transformer model(loaded, options);
     const std::size_t weight_bytes =
         specdec::bench::weight_bytes_per_forward(loaded.config, *loaded.weights);
     const std::size_t kv_bytes = specdec::bench::kv_bytes_per_forward(
@@ -318,6 +328,7 @@ int main(int argc, char** argv) try {
     }
     fmt::print("\n");
     nlohmann::json row = {{"model", label},
+                          {"gemm_rows_per_lane", gemm_rows},
                           {"path", path},
                           {"weight_bytes", weight_bytes},
                           {"kv_bytes", kv_bytes},
@@ -368,7 +379,7 @@ int main(int argc, char** argv) try {
         plain, 1e3 * t1, 1e3 * (plain - 1e3 * t1));
     row["plain_ms_per_token"] = plain;
     if (round_k > 0) {
-      specdec::cuda::Transformer self_draft(loaded, {.context_length = model.context_length()});
+      specdec::cuda::Transformer self_draft(loaded, options);
       // Every round is a full acceptance: its first draft step is a forward of 2 tokens, T(2).
       const RoundResult r =
           time_rounds(self_draft, model, round_k, prompt, round_tokens, times, times.target[1]);
@@ -394,7 +405,7 @@ int main(int argc, char** argv) try {
           fmt::print("  --draft: vocabulary {} != {}, skipped\n", draft_file->config.vocab_size,
                      loaded.config.vocab_size);
         } else {
-          specdec::cuda::Transformer draft(*draft_file, {.context_length = model.context_length()});
+          specdec::cuda::Transformer draft(*draft_file, options);
           specdec::ForwardTimes pair =
               specdec::measure_forward_times(model, &draft, round_k, context, repeats);
           const std::size_t draft_bytes =

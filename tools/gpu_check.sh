@@ -25,11 +25,13 @@
 #             speculative output must equal target-only (bench fails otherwise); temperature 0.8
 #   suffix.greedy, suffix.sampled   the same with suffix decoding's token trees (forward_tree,
 #             the device tree verification, accept_path): chains and trees of 4 and 15 nodes
-#   bench.*   bench_cuda on the random models: T(n) and the roofline, prefill, the device round
-#             with forced acceptance, a draft pair (greedy tokens compared with plain decoding)
+#   bench.*   bench_cuda on the random models: T(n) and the roofline, token trees against chains,
+#             prefill, the device round with forced acceptance, a draft pair (greedy tokens
+#             compared with plain decoding); the Qwen Q4_K_M models also with one weight row per
+#             lane in the skinny GEMM (bench.*.rows1)
+#   sanitizer.*  compute-sanitizer's memcheck and racecheck on the small tests and the tree tests
 #   dev.*     the kernel harness (cuda/dev): every variant checked against its CPU reference and
-#             timed against the memory bandwidth peak
-#   sanitizer.*  compute-sanitizer's memcheck and racecheck on the small tests, with the time left
+#             timed against the memory bandwidth peak, with the time left
 # The device tool returns at most 8 files, so the logs are packed into $OUT/logs.tar.gz and
 # $OUT/summary.txt holds the lines worth reading. Exit status: the number of failed steps.
 set -uo pipefail
@@ -254,6 +256,14 @@ for shape in "${shapes[@]}"; do
     [ "$emu" = 1 ] && [ "$type" = q8_0 ] && draft=$models_dir/$shape-q4_k_m.gguf
     extra=()
     [ -n "$draft" ] && [ -s "$draft" ] && extra=(--draft "$draft")
+    # The Qwen K-quant models also with one weight row per lane in the skinny GEMM (its choice
+    # before rows per lane existed), for a same-machine comparison.
+    if [ "$type" = q4_k_m ] && [ "$shape" != "${shapes[0]}" ]; then
+      step "bench.$shape-$type.rows1" 120 "$bench_cuda" "$f" "${bench_args[@]}" "${extra[@]}" \
+        --gemm-rows 1 --json "$logs/bench.$shape-$type.rows1.json"
+      [ -f "$logs/bench.$shape-$type.rows1.log" ] &&
+        grep -v '^device:' "$logs/bench.$shape-$type.rows1.log" | sed 's/^random/rows per lane 1: random/' >>"$OUT/summary.txt"
+    fi
     step "bench.$shape-$type" 120 "$bench_cuda" "$f" "${bench_args[@]}" "${extra[@]}" \
       --json "$logs/bench.$shape-$type.json"
     [ -f "$logs/bench.$shape-$type.log" ] &&
@@ -278,14 +288,7 @@ for shape in "${shapes[@]}"; do
   done
 done
 
-# ---------------------------------------------------------------- 7. the kernel harness
-# Without --check: every variant is checked and, on a GPU, timed.
-for p in skinny_gemm attention verify; do
-  step "dev.$p" 180 "$dev/$dev_prefix$p"
-done
-grep -sh 'FAIL\|check(s) failed' "$logs"/dev.*.log >>"$OUT/summary.txt"
-
-# ---------------------------------------------------------------- 8. compute-sanitizer
+# ---------------------------------------------------------------- 7. compute-sanitizer
 # What the emulator cannot see (races between warps, device memory errors), on the small tests,
 # with whatever time is left.
 if [ "$emu" != 1 ] && command -v compute-sanitizer >/dev/null; then
@@ -295,7 +298,24 @@ if [ "$emu" != 1 ] && command -v compute-sanitizer >/dev/null; then
     "$tests/${test_prefix}sampling"
   step sanitizer.racecheck.reduce 60 compute-sanitizer --tool racecheck --error-exitcode 1 \
     "$tests/${test_prefix}reduce"
+  # The attention kernel's shared memory (tiles, token trees' staged nodes), and the tree steps
+  # of the Transformer (tree attention, rotary by depth, the path's K/V moved into place).
+  step sanitizer.racecheck.attention 120 compute-sanitizer --tool racecheck --error-exitcode 1 \
+    "$tests/${test_prefix}kernels" "[attention]"
+  step sanitizer.memcheck.trees 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$tests/${test_prefix}transformer" "[tree]"
 fi
+
+# ---------------------------------------------------------------- 8. the kernel harness
+# Without --check: every variant is checked and, on a GPU, timed. The GEMM for the weight types
+# of the Q4_K_M files and BF16 (SPECDEC_DEV_TYPES; all 15 take minutes of CPU time for weights
+# and references).
+step dev.skinny_gemm 180 env SPECDEC_DEV_TYPES="${SPECDEC_DEV_TYPES:-Q4_K,Q6_K,Q8_0,BF16}" \
+  "$dev/${dev_prefix}skinny_gemm"
+for p in attention verify; do
+  step "dev.$p" 180 "$dev/$dev_prefix$p"
+done
+grep -sh 'FAIL\|check(s) failed' "$logs"/dev.*.log >>"$OUT/summary.txt"
 
 # ---------------------------------------------------------------- results
 python3 - "$results" "$OUT/results.json" "$logs" <<'EOF'

@@ -1,6 +1,7 @@
 // Harness of the skinny GEMM (cuda/kernels/skinny_gemm.cu): y = x W^T for n <= 16 tokens,
-// every weight type the CUDA backend has kernels for (all of the model layer's DTypes), several
-// block sizes (variants).
+// every weight type the CUDA backend has kernels for (all of the model layer's DTypes), variants
+// of warps per block and weight rows per lane (the kernel's automatic choice is
+// skinny_rows_per_lane(n); every variant computes the same bits).
 //
 //   W  [out][in]  the type's blocks as a model file stores them (tests/cuda/random_weights.hpp)
 //   x  [n][in]    f32 activations
@@ -75,8 +76,12 @@ int main(int argc, char** argv) {
   const auto& shapes = dev::kEmulated ? kEmulatedShapes : kGpuShapes;
   const std::vector<int> ns =
       dev::kEmulated ? std::vector<int>{1, 3, 16} : std::vector<int>{1, 2, 4, 8, 16};
-  const std::vector<int> warp_variants =
-      dev::kEmulated ? std::vector<int>{1, 4} : std::vector<int>{2, 4, 8};
+  struct Variant {
+    int warps, rows_per_lane;
+  };
+  const std::vector<Variant> variants = dev::kEmulated
+                                            ? std::vector<Variant>{{1, 1}, {4, 2}, {2, 4}}
+                                            : std::vector<Variant>{{4, 1}, {4, 2}, {4, 4}, {8, 2}};
 
   // SPECDEC_DEV_TYPES=Q4_K,Q6_K runs only those types (the whole list takes minutes on a GPU,
   // most of them the CPU's: weights, references).
@@ -107,10 +112,10 @@ int main(int argc, char** argv) {
           w_rows.insert(w_rows.end(), w.begin() + static_cast<std::ptrdiff_t>(r) * s.in,
                         w.begin() + static_cast<std::ptrdiff_t>(r + 1) * s.in);
         const auto expected = ref::gemm_xwT(w_rows, x, n, static_cast<int>(rows.size()), s.in);
-        for (const int warps : warp_variants) {
+        for (const auto [warps, rows_per_lane] : variants) {
           auto launch = [&] {
             specdec::cuda::kernels::skinny_gemm(type, d_w.get(), d_x.get(), d_y.get(), n, s.out,
-                                                s.in, nullptr, warps);
+                                                s.in, nullptr, warps, 0, rows_per_lane);
           };
           launch();
           const auto y = d_y.download();
@@ -130,7 +135,8 @@ int main(int argc, char** argv) {
           const double bytes =
               static_cast<double>(s.out) * s.in * bytes_per_weight + 4.0 * n * (s.in + s.out);
           h.row(name + " " + s.what + " " + std::to_string(s.out) + "x" + std::to_string(s.in) +
-                    " n=" + std::to_string(n) + " warps=" + std::to_string(warps),
+                    " n=" + std::to_string(n) + " warps=" + std::to_string(warps) +
+                    " rows/lane=" + std::to_string(rows_per_lane),
                 ok, dev::error_text(worst), ms, bytes);
         }
       }

@@ -263,7 +263,8 @@ struct Transformer::Impl {
     if (n <= kernels::kSkinnyMaxTokens) {
       for (const auto& [m, first_row] : P.parts) {
         kernels::skinny_gemm(m.type, m.data, x, y + first_row, n, static_cast<int>(m.rows),
-                             static_cast<int>(m.cols), s, gemm_warps, ldy);
+                             static_cast<int>(m.cols), s, gemm_warps, ldy,
+                             options.gemm_rows_per_lane);
       }
       return;
     }
@@ -533,6 +534,10 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
                             options.gemm_warps));
   }
   if (options.gemm_warps > 0) m.gemm_warps = options.gemm_warps;
+  if (const int r = options.gemm_rows_per_lane; r != 0 && r != 1 && r != 2 && r != 4) {
+    throw Error(fmt::format(
+        "cuda::Transformer: Options::gemm_rows_per_lane is {}, not 0 (automatic), 1, 2 or 4", r));
+  }
   if (options.attention_warps > 0) m.attention_warps = options.attention_warps;
 
   SPECDEC_CUDA_CHECK(cudaSetDevice(options.device));

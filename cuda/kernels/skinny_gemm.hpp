@@ -27,9 +27,16 @@ inline constexpr int kSkinnyMaxTokens = 16;
 /// DType the model layer computes with does).
 bool has_weight_kernels(DType t) noexcept;
 
+/// The rows each lane works on (skinny_gemm.cu) for a step of n tokens when the caller leaves
+/// the choice to the kernel: 1 for a decode step, more for wider steps, whose cost is mostly the
+/// inputs' L1 traffic that each extra row shares.
+int skinny_rows_per_lane(int n) noexcept;
+
 /// y[t][r] = sum_k W[r][k] x[t][k] for 1 <= n <= 16 (device pointers; y row t at y + t * ldy,
-/// ldy = 0 meaning out). `warps` (1 to 32) per block, two rows per warp; 4 is the GPU default,
-/// the emulated tests also run 1 and 2.
+/// ldy = 0 meaning out). `warps` (1 to 32) per block, 2 * rows_per_lane rows per warp; 4 warps
+/// is the GPU default, the emulated tests also run 1 and 2. rows_per_lane: 1, 2 or 4, or 0 for
+/// skinny_rows_per_lane(n); every choice gives the same bits (Q2_K, Q3_K and Q6_K take at most
+/// 2: more would spill registers).
 /// Quantised types need `in` to be a multiple of the block size, W aligned as its blocks are in
 /// a GGUF file mapped at a page boundary (2 to 16 bytes: weight_layout.hpp; cudaMalloc gives
 /// 256) and x 16-byte aligned. F32 / F16 / BF16 rows take 16-byte loads when `in` % 8 == 0 and
@@ -37,6 +44,6 @@ bool has_weight_kernels(DType t) noexcept;
 /// Throws specdec::Error naming the problem on invalid arguments; host-callable for any type,
 /// so that a benchmark harness can run it on every weight type.
 void skinny_gemm(DType type, const void* w, const float* x, float* y, int n, int out, int in,
-                 cudaStream_t stream, int warps = 4, int ldy = 0);
+                 cudaStream_t stream, int warps = 4, int ldy = 0, int rows_per_lane = 0);
 
 }  // namespace specdec::cuda::kernels

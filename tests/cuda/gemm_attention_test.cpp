@@ -43,9 +43,10 @@ int cols_of(DType t, int blocks) {
 
 /// Runs the skinny GEMM on random weights of type t and checks it against both references:
 /// bitwise against the exact-order one, within rounding against the double-precision one.
-void check_gemm(DType type, int out, int in, int n, int warps, std::uint32_t seed) {
+/// rows: rows per lane (0: the kernel's choice for n).
+void check_gemm(DType type, int out, int in, int n, int warps, std::uint32_t seed, int rows = 0) {
   INFO(specdec::dtype_name(type) << ": out " << out << " in " << in << " n " << n << " warps "
-                                 << warps);
+                                 << warps << " rows per lane " << rows);
   const auto bytes = specdec::test::random_weights(type, static_cast<std::size_t>(out),
                                                    static_cast<std::size_t>(in), seed);
   const auto w = specdec::test::dequantized(type, bytes, static_cast<std::size_t>(out),
@@ -54,7 +55,7 @@ void check_gemm(DType type, int out, int in, int n, int warps, std::uint32_t see
   DeviceBuffer<std::uint8_t> d_w(bytes);
   DeviceBuffer<float> d_x(x);
   DeviceBuffer<float> d_y(static_cast<std::size_t>(n) * out);
-  k::skinny_gemm(type, d_w.get(), d_x.get(), d_y.get(), n, out, in, nullptr, warps);
+  k::skinny_gemm(type, d_w.get(), d_x.get(), d_y.get(), n, out, in, nullptr, warps, 0, rows);
   const auto got = d_y.download();
   // Float rows that are not whole 8-weight blocks are read element by element.
   const bool elementwise = specdec::is_float_dtype(type) && in % 8 != 0;
@@ -69,29 +70,32 @@ void check_gemm(DType type, int out, int in, int n, int warps, std::uint32_t see
 }  // namespace
 
 TEST_CASE("skinny GEMM matches the references for every weight type", "[cuda-emu][kernels][gemm]") {
-  // Ragged shapes: row counts that are not multiples of the rows per block (2 per warp), one
-  // block per row, several, and the 896 / 4864 widths of Qwen2.5-0.5B (896 is no multiple of
-  // the K-quants' 256: only the 32-block and float types have it).
+  // Ragged shapes: row counts that are not multiples of the rows per block (2 per warp and row
+  // per lane), one block per row, several, and the 896 / 4864 widths of Qwen2.5-0.5B (896 is no
+  // multiple of the K-quants' 256: only the 32-block and float types have it); 1, 2 and 4 rows
+  // per lane.
   for_each_order([] {
     for (const DType type : all_types()) {
       const int block = static_cast<int>(specdec::dtype_block_elems(type));
-      check_gemm(type, 5, cols_of(type, 1), 3, 2, 100);
-      check_gemm(type, 19, cols_of(type, 3), 16, 4, 101);
-      if (896 % block == 0) check_gemm(type, 7, 896, 2, 1, 102);
-      check_gemm(type, 3, 4864, 5, 2, 103);
+      check_gemm(type, 5, cols_of(type, 1), 3, 2, 100, 4);
+      check_gemm(type, 19, cols_of(type, 3), 16, 4, 101, 2);
+      if (896 % block == 0) check_gemm(type, 7, 896, 2, 1, 102, 4);
+      check_gemm(type, 3, 4864, 5, 2, 103, 1);
     }
   });
   // The float types' element-by-element path (rows not a multiple of 8).
   for (const DType type : {DType::f32, DType::f16, DType::bf16}) {
-    check_gemm(type, 9, 37, 4, 1, 104);
-    check_gemm(type, 20, 100, 9, 2, 105);
+    check_gemm(type, 9, 37, 4, 1, 104, 4);
+    check_gemm(type, 20, 100, 9, 2, 105, 2);
+    check_gemm(type, 13, 100, 16, 1, 106, 1);
   }
 }
 
 TEST_CASE("skinny GEMM: every token count 1..16", "[cuda-emu][kernels][gemm]") {
   for (const DType type : all_types()) {
     for (int n = 1; n <= k::kSkinnyMaxTokens; ++n)
-      check_gemm(type, 11, cols_of(type, 2), n, 1 + n % 4, 110 + static_cast<std::uint32_t>(n));
+      check_gemm(type, 11, cols_of(type, 2), n, 1 + n % 4, 110 + static_cast<std::uint32_t>(n),
+                 1 << (n % 3));
   }
 }
 
@@ -132,12 +136,15 @@ TEST_CASE("skinny GEMM rejects invalid arguments", "[cuda-emu][kernels][gemm]") 
   CHECK_THROWS_AS(gemm(DType::q8_0, 0, 2, 32, w.get(), x.get()), specdec::Error);
   CHECK_THROWS_AS(gemm(DType::q8_0, 17, 2, 32, w.get(), x.get()), specdec::Error);
   CHECK_THROWS_AS(gemm(DType::q8_0, 1, 4, 32, w.get(), x.get(), 3), specdec::Error);
+  CHECK_THROWS_AS(
+      k::skinny_gemm(DType::q8_0, w.get(), x.get(), y.get(), 1, 2, 32, nullptr, 4, 0, 3),
+      specdec::Error);
   for (const DType type : all_types()) CHECK(k::has_weight_kernels(type));
 }
 
 TEST_CASE("skinny GEMM is batch-invariant bit for bit", "[cuda-emu][kernels][gemm]") {
   // Token rows computed alone, in batches of every size and at every position of the batch give
-  // the same bits.
+  // the same bits, whatever the rows per lane (the full batch: 1; the others: 2, 4, automatic).
   struct Case {
     DType type;
     int in;
@@ -155,7 +162,7 @@ TEST_CASE("skinny GEMM is batch-invariant bit for bit", "[cuda-emu][kernels][gem
     DeviceBuffer<std::uint8_t> d_w(bytes);
     DeviceBuffer<float> d_x(x);
     DeviceBuffer<float> d_full(static_cast<std::size_t>(max_n) * out);
-    k::skinny_gemm(c.type, d_w.get(), d_x.get(), d_full.get(), max_n, out, in, nullptr);
+    k::skinny_gemm(c.type, d_w.get(), d_x.get(), d_full.get(), max_n, out, in, nullptr, 4, 0, 1);
     const auto full = d_full.download();
     for (int n = 1; n <= max_n; ++n) {
       for (int first = 0; first + n <= max_n; first += n) {
@@ -165,7 +172,8 @@ TEST_CASE("skinny GEMM is batch-invariant bit for bit", "[cuda-emu][kernels][gem
             std::vector<float>(x.begin() + static_cast<std::ptrdiff_t>(first) * in,
                                x.begin() + static_cast<std::ptrdiff_t>(first + n) * in));
         DeviceBuffer<float> d_y(static_cast<std::size_t>(n) * out);
-        k::skinny_gemm(c.type, d_w.get(), d_sub.get(), d_y.get(), n, out, in, nullptr, 1 + n % 4);
+        k::skinny_gemm(c.type, d_w.get(), d_sub.get(), d_y.get(), n, out, in, nullptr, 1 + n % 4, 0,
+                       (n % 3) == 0 ? 0 : 1 << (n % 3));
         const auto y = d_y.download();
         REQUIRE(std::memcmp(y.data(), full.data() + static_cast<std::size_t>(first) * out,
                             y.size() * sizeof(float)) == 0);

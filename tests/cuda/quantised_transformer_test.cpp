@@ -234,6 +234,15 @@ TEST_CASE("cuda::Transformer names the tensor of a bad quantised matrix",
   auto options = cuda_options();
   options.gemm_warps = 33;
   CHECK_THROWS_AS(specdec::cuda::Transformer(m->config, m->quantised, options), specdec::Error);
+  // Options::gemm_rows_per_lane not one of the kernel's.
+  options = cuda_options();
+  options.gemm_rows_per_lane = 3;
+  try {
+    specdec::cuda::Transformer model(m->config, m->quantised, options);
+    FAIL("gemm_rows_per_lane 3 was accepted");
+  } catch (const specdec::Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("gemm_rows_per_lane is 3"));
+  }
 }
 
 // A manual check on real K-quant files (hidden: run with `cuda_emu_transformer "[.qwen]"`; about
