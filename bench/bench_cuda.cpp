@@ -28,7 +28,7 @@
 //     models' greedy tokens agree on: with random weights, about none) and the draft step D /
 //     T(1) against their bytes.
 // --gemm-rows R runs the skinny GEMM with R weight rows per lane (1, 2, 4; default 0: its
-// automatic choice by step size), to compare the choices on one GPU.
+// automatic choice by the matrix's rows), to compare the choices on one GPU.
 // Every speculative run's greedy tokens are compared with plain decoding's: a difference is
 // reported and makes the exit status 1 (after the JSON is written).
 // Random-weight real-shape models come from make_random_gguf (tools/); the prompt is token ids.
@@ -272,7 +272,7 @@ int main(int argc, char** argv) try {
   app.add_option("--draft", draft_path, "also time rounds with this draft model")
       ->check(CLI::ExistingFile);
   app.add_option("--gemm-rows", gemm_rows,
-                 "skinny GEMM weight rows per lane (1, 2, 4; 0: by step size)")
+                 "skinny GEMM weight rows per lane (1, 2, 4; 0: by matrix rows)")
       ->check(CLI::IsMember({0, 1, 2, 4}))
       ->capture_default_str();
   app.add_option("--json", json_path, "also write the results to this JSON file");

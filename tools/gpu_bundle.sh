@@ -55,6 +55,6 @@ for f in target-f32.gguf draft-f32.gguf tokenizer.model eval-prompts.jsonl greed
   cp "$pair/$f" "$stage/shared-models/tinyllama-pair/"
 done
 echo "$PWD" >"$stage/root"
-tar -C "$stage" -cf - bin lib shared-models root | xz -T0 -6 >.gpu/bundle.tar.xz
+tar -C "$stage" -cf - bin lib shared-models root | xz -T0 -9 >.gpu/bundle.tar.xz
 du -sh "$stage"/* .gpu/bundle.tar.xz
 echo "tracked files: $(git ls-files -z | xargs -0 du -cb | tail -n 1 | cut -f1) bytes (they travel too)"

@@ -298,12 +298,6 @@ if [ "$emu" != 1 ] && command -v compute-sanitizer >/dev/null; then
     "$tests/${test_prefix}sampling"
   step sanitizer.racecheck.reduce 60 compute-sanitizer --tool racecheck --error-exitcode 1 \
     "$tests/${test_prefix}reduce"
-  # The attention kernel's shared memory (tiles, token trees' staged nodes), and the tree steps
-  # of the Transformer (tree attention, rotary by depth, the path's K/V moved into place).
-  step sanitizer.racecheck.attention 120 compute-sanitizer --tool racecheck --error-exitcode 1 \
-    "$tests/${test_prefix}kernels" "[attention]"
-  step sanitizer.memcheck.trees 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
-    "$tests/${test_prefix}transformer" "[tree]"
 fi
 
 # ---------------------------------------------------------------- 8. the kernel harness
@@ -316,6 +310,16 @@ for p in attention verify; do
   step "dev.$p" 180 "$dev/$dev_prefix$p"
 done
 grep -sh 'FAIL\|check(s) failed' "$logs"/dev.*.log >>"$OUT/summary.txt"
+
+# ---------------------------------------------------------------- 9. compute-sanitizer, longer
+if [ "$emu" != 1 ] && command -v compute-sanitizer >/dev/null; then
+  # The attention kernel's shared memory (tiles, token trees' staged nodes), and the tree steps
+  # of the Transformer (tree attention, rotary by depth, the path's K/V moved into place).
+  step sanitizer.racecheck.attention 120 compute-sanitizer --tool racecheck --error-exitcode 1 \
+    "$tests/${test_prefix}kernels" "[attention]"
+  step sanitizer.memcheck.trees 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$tests/${test_prefix}transformer" "[tree]"
+fi
 
 # ---------------------------------------------------------------- results
 python3 - "$results" "$OUT/results.json" "$logs" <<'EOF'

@@ -1,7 +1,7 @@
 // Harness of the skinny GEMM (cuda/kernels/skinny_gemm.cu): y = x W^T for n <= 16 tokens,
 // every weight type the CUDA backend has kernels for (all of the model layer's DTypes), variants
 // of warps per block and weight rows per lane (the kernel's automatic choice is
-// skinny_rows_per_lane(n); every variant computes the same bits).
+// skinny_rows_per_lane(out); every variant computes the same bits).
 //
 //   W  [out][in]  the type's blocks as a model file stores them (tests/cuda/random_weights.hpp)
 //   x  [n][in]    f32 activations

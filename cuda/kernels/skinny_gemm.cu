@@ -14,7 +14,7 @@
 // the 16 lanes with NT - 1 + log2(16 / NT) shuffles. Half-warp rows keep every lane busy on
 // short rows and halve the shuffles per row. R changes which lane computes a row, never the
 // order of a row's operations: every R gives the same bits (the tests run each).
-// skinny_gemm's rows_per_lane = 0 picks R from n (kAutoRows, measured on an H200).
+// skinny_gemm's rows_per_lane = 0 picks R from the matrix's rows (skinny_rows_per_lane).
 // F32 / F16 / BF16 rows whose length is not a multiple of 8 (or that are not 16-byte aligned)
 // are read one weight per lane per step instead; both orders are batch-invariant.
 #include <cstdint>
@@ -217,15 +217,18 @@ bool has_weight_kernels(DType t) noexcept {
   return with_weight_traits(t, [](auto) {});
 }
 
-int skinny_rows_per_lane(int n) noexcept {
-  // (Placeholder until measured: one row per lane for a decode step, more as n grows.)
-  return n <= 1 ? 1 : n <= 4 ? 2 : 4;
+int skinny_rows_per_lane(int out) noexcept {
+  // Measured on an H200 (132 SMs; docs/cuda.md, section 10.5): more rows per lane pay on tall
+  // matrices at every n (Q4_K, 151936 x 1536: 1.6x at n = 1, 3.0x at n = 16; 11264 x 2048:
+  // 1.5-1.9x) and lose on short ones (2048-2560 rows: up to 1.5x slower), whose grids then
+  // have too few warps to hide the memory latency. So: at least 1024 warps (two rows each).
+  return out >= 8192 ? 4 : out >= 4096 ? 2 : 1;
 }
 
 void skinny_gemm(DType type, const void* w, const float* x, float* y, int n, int out, int in,
                  cudaStream_t stream, int warps, int ldy, int rows_per_lane) {
   if (n < 1 || n > kSkinnyMaxTokens) throw Error("skinny_gemm: n must be in [1, 16]");
-  if (rows_per_lane == 0) rows_per_lane = skinny_rows_per_lane(n);
+  if (rows_per_lane == 0) rows_per_lane = skinny_rows_per_lane(out);
   if (rows_per_lane != 1 && rows_per_lane != 2 && rows_per_lane != 4)
     throw Error("skinny_gemm: rows_per_lane must be 0 (automatic), 1, 2 or 4, not " +
                 std::to_string(rows_per_lane));

@@ -27,15 +27,16 @@ inline constexpr int kSkinnyMaxTokens = 16;
 /// DType the model layer computes with does).
 bool has_weight_kernels(DType t) noexcept;
 
-/// The rows each lane works on (skinny_gemm.cu) for a step of n tokens when the caller leaves
-/// the choice to the kernel: 1 for a decode step, more for wider steps, whose cost is mostly the
-/// inputs' L1 traffic that each extra row shares.
-int skinny_rows_per_lane(int n) noexcept;
+/// The weight rows each lane works on (skinny_gemm.cu) for a matrix of `out` rows when the
+/// caller leaves the choice to the kernel: 4 from 8192 rows, 2 from 4096, else 1 (measured on an
+/// H200: more rows per lane share each token's inputs and keep more loads in flight, but short
+/// matrices then leave the GPU short of warps).
+int skinny_rows_per_lane(int out) noexcept;
 
 /// y[t][r] = sum_k W[r][k] x[t][k] for 1 <= n <= 16 (device pointers; y row t at y + t * ldy,
 /// ldy = 0 meaning out). `warps` (1 to 32) per block, 2 * rows_per_lane rows per warp; 4 warps
 /// is the GPU default, the emulated tests also run 1 and 2. rows_per_lane: 1, 2 or 4, or 0 for
-/// skinny_rows_per_lane(n); every choice gives the same bits (Q2_K, Q3_K and Q6_K take at most
+/// skinny_rows_per_lane(out); every choice gives the same bits (Q2_K, Q3_K and Q6_K take at most
 /// 2: more would spill registers).
 /// Quantised types need `in` to be a multiple of the block size, W aligned as its blocks are in
 /// a GGUF file mapped at a page boundary (2 to 16 bytes: weight_layout.hpp; cudaMalloc gives

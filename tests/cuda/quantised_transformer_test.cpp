@@ -202,6 +202,18 @@ TEST_CASE("cuda::Transformer on a K-quant model: steps of <= 16 tokens are batch
       REQUIRE(std::memcmp(row.data(), batch.data() + i * vocab, vocab * 4) == 0);
     }
   }
+  // The skinny GEMM's rows per lane (automatic: 1 on these short matrices) change no bit.
+  for (const int rows : {2, 4}) {
+    auto options = cuda_options();
+    options.gemm_rows_per_lane = rows;
+    specdec::cuda::Transformer automatic(m->config, m->quantised, cuda_options());
+    specdec::cuda::Transformer forced(m->config, m->quantised, options);
+    const auto ids = prompt(12, m->config.vocab_size);
+    const auto want = host_copy(automatic, automatic.forward(ids));
+    const auto got = host_copy(forced, forced.forward(ids));
+    INFO("rows per lane " << rows);
+    REQUIRE(std::memcmp(got.data(), want.data(), want.size() * 4) == 0);
+  }
 }
 
 TEST_CASE("cuda::Transformer names the tensor of a bad quantised matrix",

@@ -68,7 +68,7 @@ struct Options {
   int norm_threads = 0;
   int gemm_warps = 0;
   int attention_warps = 0;
-  /// Weight rows each lane of the skinny GEMM works on (1, 2 or 4; 0: by the step's tokens,
+  /// Weight rows each lane of the skinny GEMM works on (1, 2 or 4; 0: by the matrix's rows,
   /// kernels/skinny_gemm.hpp). Every choice gives the same bits; bench_cuda compares them.
   int gemm_rows_per_lane = 0;
   /// Threads per block of the sampling kernels of a DeviceSampler over this model (0: 256).
