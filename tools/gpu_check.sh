@@ -29,9 +29,11 @@
 #             prefill, the device round with forced acceptance, a draft pair (greedy tokens
 #             compared with plain decoding); the Qwen Q4_K_M models also with one weight row per
 #             lane in the skinny GEMM (bench.*.rows1)
-#   sanitizer.*  compute-sanitizer's memcheck and racecheck on the small tests and the tree tests
+#   sanitizer.*  compute-sanitizer's memcheck and racecheck on the small tests
 #   dev.*     the kernel harness (cuda/dev): every variant checked against its CPU reference and
-#             timed against the memory bandwidth peak, with the time left
+#             timed against the memory bandwidth peak
+#   sanitizer.racecheck.attention, sanitizer.memcheck.trees   the longer ones, with the time left:
+#             the attention tests under racecheck, the Transformer's tree tests under memcheck
 # The device tool returns at most 8 files, so the logs are packed into $OUT/logs.tar.gz and
 # $OUT/summary.txt holds the lines worth reading. Exit status: the number of failed steps.
 set -uo pipefail
