@@ -411,13 +411,8 @@ class HostSampler {
   /// Valid until the next call. Without penalties, the row itself.
   std::span<const float> adjusted(std::span<const float> row, std::size_t drafted) {
     if (!penalties_.active()) return row;
-    window_.assign(history_.begin(), history_.end());
-    window_.insert(window_.end(), tokens_.begin() + 1,
-                   tokens_.begin() + 1 + static_cast<std::ptrdiff_t>(drafted));
-    adjusted_.resize(vocab_);
-    applier_.apply(penalties_, sampling::PenaltyApplier::window_of(penalties_, window_), row,
-                   adjusted_);
-    return adjusted_;
+    return penalised(row, tokens_.begin() + 1,
+                     tokens_.begin() + 1 + static_cast<std::ptrdiff_t>(drafted));
   }
 
   /// Row `node` of a token tree (verify_tree), adjusted for its context when penalties are
@@ -429,8 +424,16 @@ class HostSampler {
     path_tokens_.clear();
     for (std::size_t a = node; a != 0; a = static_cast<std::size_t>(parents[a]))
       path_tokens_.push_back(tokens[a]);
+    return penalised(row, path_tokens_.rbegin(), path_tokens_.rend());
+  }
+
+  /// `row` with the penalties applied for the context history_ followed by the tokens
+  /// [first, last) (adjusted() and tree_row(): a chain's drafted tokens, a tree node's path).
+  /// Valid until the next call.
+  template <class TokenIt>
+  std::span<const float> penalised(std::span<const float> row, TokenIt first, TokenIt last) {
     window_.assign(history_.begin(), history_.end());
-    window_.insert(window_.end(), path_tokens_.rbegin(), path_tokens_.rend());
+    window_.insert(window_.end(), first, last);
     adjusted_.resize(vocab_);
     applier_.apply(penalties_, sampling::PenaltyApplier::window_of(penalties_, window_), row,
                    adjusted_);
