@@ -190,10 +190,14 @@ void run(const Args& a) {
   }
 }
 
-// Rows per lane at most: 2 for the 64-weight pieces of Q2_K, Q3_K and Q6_K, whose four rows'
-// decoded groups and partial sums would spill registers; 4 otherwise.
+// Rows per lane at most: 2 for the 64-weight pieces of Q2_K, Q3_K and Q6_K and for IQ4_XS (its
+// pieces in flight and codebook lookups), whose four rows' decoded groups and partial sums
+// would spill registers (ptxas, sm_80 and sm_90 at NT = 16); 4 otherwise.
 template <class Traits>
-constexpr int kMaxRowsPerLane = piece_layout(Traits::kType).groups > 4 ? 2 : 4;
+constexpr int kMaxRowsPerLane = piece_layout(Traits::kType).groups > 4 || Traits::kType
+                                                                              == DType::iq4_xs
+                                    ? 2
+                                    : 4;
 
 template <class Traits, int NT>
 void dispatch_rows(const Args& a) {

@@ -36,8 +36,8 @@ int skinny_rows_per_lane(int out) noexcept;
 /// y[t][r] = sum_k W[r][k] x[t][k] for 1 <= n <= 16 (device pointers; y row t at y + t * ldy,
 /// ldy = 0 meaning out). `warps` (1 to 32) per block, 2 * rows_per_lane rows per warp; 4 warps
 /// is the GPU default, the emulated tests also run 1 and 2. rows_per_lane: 1, 2 or 4, or 0 for
-/// skinny_rows_per_lane(out); every choice gives the same bits (Q2_K, Q3_K and Q6_K take at most
-/// 2: more would spill registers).
+/// skinny_rows_per_lane(out); every choice gives the same bits (Q2_K, Q3_K, Q6_K and IQ4_XS
+/// take at most 2: more would spill registers).
 /// Quantised types need `in` to be a multiple of the block size, W aligned as its blocks are in
 /// a GGUF file mapped at a page boundary (2 to 16 bytes: weight_layout.hpp; cudaMalloc gives
 /// 256) and x 16-byte aligned. F32 / F16 / BF16 rows take 16-byte loads when `in` % 8 == 0 and
