@@ -20,10 +20,10 @@
 //     acceptance the draft's first step is fed two tokens), the difference being the round's
 //     overhead (sampling kernels, the one copy to the host, launches that the graphs do not
 //     hide); the same for plain decoding (AutoregressiveDecoder) against T(1);
-//   - token trees: for n = 2, 4, 8, 16 where --tokens has them, forward_tree of an n-node binary
-//   tree (node i's
-//     parent (i - 1) / 2: the widest tree of its depth) against the chain forward of n tokens,
-//     interleaved, and accept_path of its deepest path (the K/V rows moved into place);
+//   - token trees: for n = 2, 4, 8, 16 where --tokens has them, forward_tree of an n-node
+//     binary tree (node i's parent (i - 1) / 2: the widest tree of its depth) against the chain
+//     forward of n tokens, interleaved, and accept_path of its deepest path (the K/V rows moved
+//     into place);
 //   - with --draft D: the same round with D as the draft (its acceptance is whatever the two
 //     models' greedy tokens agree on: with random weights, about none) and the draft step D /
 //     T(1) against their bytes.
@@ -135,30 +135,32 @@ std::vector<TreeTimes> time_trees(specdec::cuda::Transformer& model, std::size_t
                                   const std::vector<std::size_t>& ns, std::size_t repeats) {
   model.rollback(0);
   (void)model.forward(std::vector<token_t>(context, token_t{0}));
-  std::vector<std::vector<double>> chain(ns.size()), tree(ns.size()), accept(ns.size());
+  // Each size's tree: its parents and the path from the root to its last node.
+  std::vector<std::vector<std::int32_t>> parents(ns.size());
+  std::vector<std::vector<std::size_t>> paths(ns.size());
   std::vector<TreeTimes> result(ns.size());
+  for (std::size_t i = 0; i < ns.size(); ++i) {
+    parents[i].assign(ns[i], -1);
+    for (std::size_t j = 1; j < ns[i]; ++j) parents[i][j] = static_cast<std::int32_t>((j - 1) / 2);
+    for (auto v = static_cast<std::int32_t>(ns[i] - 1); v >= 0;
+         v = parents[i][static_cast<std::size_t>(v)])
+      paths[i].insert(paths[i].begin(), static_cast<std::size_t>(v));
+    result[i].depth = paths[i].size();
+  }
+  std::vector<std::vector<double>> chain(ns.size()), tree(ns.size()), accept(ns.size());
   for (std::size_t r = 0; r < repeats + 2; ++r) {
     for (std::size_t i = 0; i < ns.size(); ++i) {
-      const std::size_t n = ns[i];
-      const std::vector<token_t> tokens(n, token_t{0});
-      std::vector<std::int32_t> parents(n);
-      for (std::size_t j = 1; j < n; ++j) parents[j] = static_cast<std::int32_t>((j - 1) / 2);
-      parents[0] = -1;
-      std::vector<std::size_t> path;
-      for (auto v = static_cast<std::int32_t>(n - 1); v >= 0;
-           v = parents[static_cast<std::size_t>(v)])
-        path.insert(path.begin(), static_cast<std::size_t>(v));
+      const std::vector<token_t> tokens(ns[i], token_t{0});
       const double c = time_to_completion(model, [&] { (void)model.forward(tokens); });
       model.rollback(context);
       const double t =
-          time_to_completion(model, [&] { (void)model.forward_tree(tokens, parents); });
-      const double a = time_to_completion(model, [&] { model.accept_path(path); });
+          time_to_completion(model, [&] { (void)model.forward_tree(tokens, parents[i]); });
+      const double a = time_to_completion(model, [&] { model.accept_path(paths[i]); });
       model.rollback(context);
       if (r < 2) continue;
       chain[i].push_back(c);
       tree[i].push_back(t);
       accept[i].push_back(a);
-      result[i].depth = path.size();
     }
   }
   const auto median = [](std::vector<double>& v) {
