@@ -511,35 +511,11 @@ void f32_to_f16_row_portable(const float* in, std::uint16_t* out, std::size_t co
 
 namespace {
 
-detail::QuantType quant_type(DType t) {
-  switch (t) {
-    case DType::q8_0:
-      return detail::QuantType::q8_0;
-    case DType::q4_0:
-      return detail::QuantType::q4_0;
-    case DType::q4_1:
-      return detail::QuantType::q4_1;
-    case DType::q5_0:
-      return detail::QuantType::q5_0;
-    case DType::q5_1:
-      return detail::QuantType::q5_1;
-    case DType::iq4_nl:
-      return detail::QuantType::iq4_nl;
-    case DType::q2_k:
-      return detail::QuantType::q2_k;
-    case DType::q3_k:
-      return detail::QuantType::q3_k;
-    case DType::q4_k:
-      return detail::QuantType::q4_k;
-    case DType::q5_k:
-      return detail::QuantType::q5_k;
-    case DType::q6_k:
-      return detail::QuantType::q6_k;
-    case DType::iq4_xs:
-      return detail::QuantType::iq4_xs;
-    default:
-      throw Error(fmt::format("matmul: dtype {} has no integer kernel", dtype_name(t)));
-  }
+/// t, if the integer kernels compute with it.
+DType quant_type(DType t) {
+  if (!detail::is_quant_type(t))
+    throw Error(fmt::format("matmul: dtype {} has no integer kernel", dtype_name(t)));
+  return t;
 }
 
 /// The integer kernels of `isa`: AVX512-VNNI where the CPU has it, else AVX2 for any AVX2 level.

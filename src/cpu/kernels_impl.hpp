@@ -15,6 +15,8 @@
 
 #include "specdec/cephes_exp.hpp"
 #include "specdec/cpu/kernel_args.hpp"
+#include "specdec/model/dtype_enum.hpp"
+#include "specdec/model/quant_block_layouts.hpp"
 
 namespace specdec::cpu::detail {
 
@@ -55,39 +57,42 @@ void fma_matmul_avx512(const FmaArgs& a);
 // over the blocks in order, dx being the activation block's scale. The integers are the same
 // whatever order a kernel adds them in, so every instruction set gives the same bits.
 
-/// The quantised weight types of these kernels (kernels.cpp maps DType to it).
-enum class QuantType : int {
-  q8_0,
-  q4_0,
-  q4_1,
-  q5_0,
-  q5_1,
-  iq4_nl,
-  q2_k,
-  q3_k,
-  q4_k,
-  q5_k,
-  q6_k,
-  iq4_xs
-};
-
-/// Byte offsets inside a block, for the SIMD kernels, which cannot include the model layer's
-/// structs (specdec/model/quant_blocks.hpp); kernels_quant.cpp checks every one against them.
+/// Byte offsets inside a block, taken from the model layer's structs (quant_block_layouts.hpp,
+/// which holds nothing that could be shared between instruction sets): short names for the SIMD
+/// kernels' loads.
 namespace block_layout {
-inline constexpr std::size_t q8_0_bytes = 34, q8_0_qs = 2;
-inline constexpr std::size_t q4_0_bytes = 18, q4_0_qs = 2;
-inline constexpr std::size_t q4_1_bytes = 20, q4_1_m = 2, q4_1_qs = 4;
-inline constexpr std::size_t q5_0_bytes = 22, q5_0_qh = 2, q5_0_qs = 6;
-inline constexpr std::size_t q5_1_bytes = 24, q5_1_m = 2, q5_1_qh = 4, q5_1_qs = 8;
-inline constexpr std::size_t iq4_nl_bytes = 18, iq4_nl_qs = 2;
-inline constexpr std::size_t q2_k_bytes = 84, q2_k_scales = 0, q2_k_qs = 16, q2_k_d = 80;
-inline constexpr std::size_t q3_k_bytes = 110, q3_k_hmask = 0, q3_k_qs = 32, q3_k_scales = 96,
-                             q3_k_d = 108;
-inline constexpr std::size_t q4_k_bytes = 144, q4_k_scales = 4, q4_k_qs = 16;
-inline constexpr std::size_t q5_k_bytes = 176, q5_k_scales = 4, q5_k_qh = 16, q5_k_qs = 48;
-inline constexpr std::size_t q6_k_bytes = 210, q6_k_qh = 128, q6_k_scales = 192, q6_k_d = 208;
-inline constexpr std::size_t iq4_xs_bytes = 136, iq4_xs_scales_h = 2, iq4_xs_scales_l = 4,
-                             iq4_xs_qs = 8;
+using namespace specdec::quant;
+inline constexpr std::size_t q8_0_bytes = sizeof(BlockQ8_0), q8_0_qs = offsetof(BlockQ8_0, qs);
+inline constexpr std::size_t q4_0_bytes = sizeof(BlockQ4_0), q4_0_qs = offsetof(BlockQ4_0, qs);
+inline constexpr std::size_t q4_1_bytes = sizeof(BlockQ4_1), q4_1_m = offsetof(BlockQ4_1, m),
+                             q4_1_qs = offsetof(BlockQ4_1, qs);
+inline constexpr std::size_t q5_0_bytes = sizeof(BlockQ5_0), q5_0_qh = offsetof(BlockQ5_0, qh),
+                             q5_0_qs = offsetof(BlockQ5_0, qs);
+inline constexpr std::size_t q5_1_bytes = sizeof(BlockQ5_1), q5_1_m = offsetof(BlockQ5_1, m),
+                             q5_1_qh = offsetof(BlockQ5_1, qh), q5_1_qs = offsetof(BlockQ5_1, qs);
+inline constexpr std::size_t iq4_nl_bytes = sizeof(BlockIQ4NL),
+                             iq4_nl_qs = offsetof(BlockIQ4NL, qs);
+inline constexpr std::size_t q2_k_bytes = sizeof(BlockQ2_K),
+                             q2_k_scales = offsetof(BlockQ2_K, scales),
+                             q2_k_qs = offsetof(BlockQ2_K, qs), q2_k_d = offsetof(BlockQ2_K, d);
+inline constexpr std::size_t q3_k_bytes = sizeof(BlockQ3_K),
+                             q3_k_hmask = offsetof(BlockQ3_K, hmask),
+                             q3_k_qs = offsetof(BlockQ3_K, qs),
+                             q3_k_scales = offsetof(BlockQ3_K, scales),
+                             q3_k_d = offsetof(BlockQ3_K, d);
+inline constexpr std::size_t q4_k_bytes = sizeof(BlockQ4_K),
+                             q4_k_scales = offsetof(BlockQ4_K, scales),
+                             q4_k_qs = offsetof(BlockQ4_K, qs);
+inline constexpr std::size_t q5_k_bytes = sizeof(BlockQ5_K),
+                             q5_k_scales = offsetof(BlockQ5_K, scales),
+                             q5_k_qh = offsetof(BlockQ5_K, qh), q5_k_qs = offsetof(BlockQ5_K, qs);
+inline constexpr std::size_t q6_k_bytes = sizeof(BlockQ6_K), q6_k_qh = offsetof(BlockQ6_K, qh),
+                             q6_k_scales = offsetof(BlockQ6_K, scales),
+                             q6_k_d = offsetof(BlockQ6_K, d);
+inline constexpr std::size_t iq4_xs_bytes = sizeof(BlockIQ4XS),
+                             iq4_xs_scales_h = offsetof(BlockIQ4XS, scales_h),
+                             iq4_xs_scales_l = offsetof(BlockIQ4XS, scales_l),
+                             iq4_xs_qs = offsetof(BlockIQ4XS, qs);
 }  // namespace block_layout
 
 /// The repacked layout of these types for the AVX512-VNNI kernel (MatrixRef::layout
@@ -111,57 +116,84 @@ struct BlockFields {
   const BlockField* fields;
   int count;
 };
-inline constexpr BlockField q8_0_fields[] = {{0, 2}, {2, 32}};             // d, qs
-inline constexpr BlockField q4_0_fields[] = {{0, 2}, {2, 16}};             // d, qs
-inline constexpr BlockField q4_1_fields[] = {{0, 4}, {4, 16}};             // d | m, qs
-inline constexpr BlockField q5_0_fields[] = {{0, 2}, {2, 4}, {6, 16}};     // d, qh, qs
-inline constexpr BlockField q5_1_fields[] = {{0, 4}, {4, 4}, {8, 16}};     // d | m, qh, qs
-inline constexpr BlockField iq4_nl_fields[] = {{0, 2}, {2, 16}};           // d, qs
-inline constexpr BlockField q2_k_fields[] = {{0, 16}, {16, 64}, {80, 4}};  // scales, qs, d | dmin
-inline constexpr BlockField q3_k_fields[] = {{0, 32}, {32, 64}, {96, 12}, {108, 2}};
-inline constexpr BlockField q4_k_fields[] = {{0, 16}, {16, 128}};  // d | dmin and scales, qs
-inline constexpr BlockField q5_k_fields[] = {{0, 16}, {16, 32}, {48, 128}};
-inline constexpr BlockField q6_k_fields[] = {{0, 128}, {128, 64}, {192, 16}, {208, 2}};
-inline constexpr BlockField iq4_xs_fields[] = {{0, 4}, {4, 4}, {8, 128}};  // d | scales_h, ...
+/// The field of a block from byte `from` to byte `to`.
+constexpr BlockField field(std::size_t from, std::size_t to) {
+  return {static_cast<unsigned char>(from), static_cast<unsigned char>(to - from)};
+}
+namespace bl = block_layout;
+inline constexpr BlockField q8_0_fields[] = {field(0, bl::q8_0_qs),  // d
+                                             field(bl::q8_0_qs, bl::q8_0_bytes)};
+inline constexpr BlockField q4_0_fields[] = {field(0, bl::q4_0_qs),  // d
+                                             field(bl::q4_0_qs, bl::q4_0_bytes)};
+inline constexpr BlockField q4_1_fields[] = {field(0, bl::q4_1_qs),  // d | m
+                                             field(bl::q4_1_qs, bl::q4_1_bytes)};
+inline constexpr BlockField q5_0_fields[] = {field(0, bl::q5_0_qh),  // d
+                                             field(bl::q5_0_qh, bl::q5_0_qs),
+                                             field(bl::q5_0_qs, bl::q5_0_bytes)};
+inline constexpr BlockField q5_1_fields[] = {field(0, bl::q5_1_qh),  // d | m
+                                             field(bl::q5_1_qh, bl::q5_1_qs),
+                                             field(bl::q5_1_qs, bl::q5_1_bytes)};
+inline constexpr BlockField iq4_nl_fields[] = {field(0, bl::iq4_nl_qs),  // d
+                                               field(bl::iq4_nl_qs, bl::iq4_nl_bytes)};
+inline constexpr BlockField q2_k_fields[] = {field(bl::q2_k_scales, bl::q2_k_qs),
+                                             field(bl::q2_k_qs, bl::q2_k_d),
+                                             field(bl::q2_k_d, bl::q2_k_bytes)};  // d | dmin
+inline constexpr BlockField q3_k_fields[] = {
+    field(bl::q3_k_hmask, bl::q3_k_qs), field(bl::q3_k_qs, bl::q3_k_scales),
+    field(bl::q3_k_scales, bl::q3_k_d), field(bl::q3_k_d, bl::q3_k_bytes)};
+inline constexpr BlockField q4_k_fields[] = {field(0, bl::q4_k_qs),  // d | dmin and scales
+                                             field(bl::q4_k_qs, bl::q4_k_bytes)};
+inline constexpr BlockField q5_k_fields[] = {field(0, bl::q5_k_qh),  // d | dmin and scales
+                                             field(bl::q5_k_qh, bl::q5_k_qs),
+                                             field(bl::q5_k_qs, bl::q5_k_bytes)};
+inline constexpr BlockField q6_k_fields[] = {
+    field(0, bl::q6_k_qh), field(bl::q6_k_qh, bl::q6_k_scales),  // ql, qh
+    field(bl::q6_k_scales, bl::q6_k_d), field(bl::q6_k_d, bl::q6_k_bytes)};
+inline constexpr BlockField iq4_xs_fields[] = {field(0, bl::iq4_xs_scales_l),  // d | scales_h
+                                               field(bl::iq4_xs_scales_l, bl::iq4_xs_qs),
+                                               field(bl::iq4_xs_qs, bl::iq4_xs_bytes)};
 
-/// The facts of each quantised type that every kernel shares, one row per QuantType (in the
-/// enum's order; kernels_quant.cpp checks the sizes against the model layer's block structs):
-/// weights and bytes per block, weights per sub-block scale, the zero point z of the unsigned
-/// weights u (kernels.hpp's table; z = 128 for the types whose values are signed bytes, u =
-/// value + 128), whether the block has a min factor m, and the block's fields in the rows16
-/// layout. What only one instruction set needs (an unpacking trick) stays in its file.
+/// The facts of each quantised type that every kernel shares, one row per DType (in the enum's
+/// order; the float types' rows are empty: block_elems 0): weights and bytes per block, weights
+/// per sub-block scale, the zero point z of the unsigned weights u (kernels.hpp's table; z = 128
+/// for the types whose values are signed bytes, u = value + 128), whether the block has a min
+/// factor m, and the block's fields in the rows16 layout. What only one instruction set needs (an
+/// unpacking trick) stays in its file.
 struct QuantTraits {
   std::size_t block_elems, block_bytes;
   int sub_elems, zero_point;
   bool has_min;
   BlockFields rows16;
 };
+inline constexpr BlockField no_fields[] = {{0, 0}};
 inline constexpr QuantTraits quant_traits_table[] = {
     // weights per block, bytes per block, weights per sub-block, z, min, rows16 fields
-    {32, block_layout::q8_0_bytes, 32, 128, false, q8_0_fields},       // q8_0
-    {32, block_layout::q4_0_bytes, 32, 8, false, q4_0_fields},         // q4_0
-    {32, block_layout::q4_1_bytes, 32, 0, true, q4_1_fields},          // q4_1
-    {32, block_layout::q5_0_bytes, 32, 16, false, q5_0_fields},        // q5_0
-    {32, block_layout::q5_1_bytes, 32, 0, true, q5_1_fields},          // q5_1
-    {32, block_layout::iq4_nl_bytes, 32, 128, false, iq4_nl_fields},   // iq4_nl
-    {256, block_layout::q2_k_bytes, 16, 0, true, q2_k_fields},         // q2_k
-    {256, block_layout::q3_k_bytes, 16, 4, false, q3_k_fields},        // q3_k
-    {256, block_layout::q4_k_bytes, 32, 0, true, q4_k_fields},         // q4_k
-    {256, block_layout::q5_k_bytes, 32, 0, true, q5_k_fields},         // q5_k
-    {256, block_layout::q6_k_bytes, 16, 32, false, q6_k_fields},       // q6_k
-    {256, block_layout::iq4_xs_bytes, 32, 128, false, iq4_xs_fields},  // iq4_xs
+    {0, 0, 0, 0, false, no_fields},                                   // f32
+    {0, 0, 0, 0, false, no_fields},                                   // f16
+    {0, 0, 0, 0, false, no_fields},                                   // bf16
+    {quant::kQK, bl::q4_0_bytes, 32, 8, false, q4_0_fields},          // q4_0
+    {quant::kQK, bl::q4_1_bytes, 32, 0, true, q4_1_fields},           // q4_1
+    {quant::kQK, bl::q5_0_bytes, 32, 16, false, q5_0_fields},         // q5_0
+    {quant::kQK, bl::q5_1_bytes, 32, 0, true, q5_1_fields},           // q5_1
+    {quant::kQK, bl::q8_0_bytes, 32, 128, false, q8_0_fields},        // q8_0
+    {quant::kQK_K, bl::q2_k_bytes, 16, 0, true, q2_k_fields},         // q2_k
+    {quant::kQK_K, bl::q3_k_bytes, 16, 4, false, q3_k_fields},        // q3_k
+    {quant::kQK_K, bl::q4_k_bytes, 32, 0, true, q4_k_fields},         // q4_k
+    {quant::kQK_K, bl::q5_k_bytes, 32, 0, true, q5_k_fields},         // q5_k
+    {quant::kQK_K, bl::q6_k_bytes, 16, 32, false, q6_k_fields},       // q6_k
+    {quant::kQK, bl::iq4_nl_bytes, 32, 128, false, iq4_nl_fields},    // iq4_nl
+    {quant::kQK_K, bl::iq4_xs_bytes, 32, 128, false, iq4_xs_fields},  // iq4_xs
 };
-static_assert(sizeof(quant_traits_table) / sizeof(quant_traits_table[0]) ==
-              static_cast<std::size_t>(QuantType::iq4_xs) + 1);
-constexpr const QuantTraits& quant_traits(QuantType q) {
+static_assert(sizeof(quant_traits_table) / sizeof(quant_traits_table[0]) == kDTypeCount);
+constexpr const QuantTraits& quant_traits(DType q) {
   return quant_traits_table[static_cast<int>(q)];
 }
+/// Whether the integer kernels compute with `q` (a row of the table above).
+constexpr bool is_quant_type(DType q) { return quant_traits(q).block_elems != 0; }
 
 /// For the blocks of 32 with a zero point (a power of two): the right shift that turns the
 /// packed activation offset (-128 * the block's quant sum) into -z * sum.
-constexpr int zero_point_shift(QuantType q) {
-  return 7 - __builtin_ctz(quant_traits(q).zero_point);
-}
+constexpr int zero_point_shift(DType q) { return 7 - __builtin_ctz(quant_traits(q).zero_point); }
 
 // Internal linkage: every kernel file compiles its own copy with its own -m flags, so that the
 // linker cannot hand one ISA's copy to another's callers.
@@ -207,8 +239,16 @@ struct RowPrefetcher {
 }  // namespace
 
 /// The 16 values of IQ4_NL / IQ4_XS plus 128: the unsigned weights u of those types.
-inline constexpr unsigned char iq4_values_u8[16] = {1,   24,  45,  63,  79,  93,  106, 118,
-                                                    129, 141, 153, 166, 181, 197, 217, 241};
+struct Iq4ValuesU8 {
+  unsigned char v[16];
+};
+constexpr Iq4ValuesU8 make_iq4_values_u8() {
+  Iq4ValuesU8 t{};
+  for (int i = 0; i < 16; ++i) t.v[i] = static_cast<unsigned char>(quant::kIq4NlValues[i] + 128);
+  return t;
+}
+inline constexpr Iq4ValuesU8 iq4_u8 = make_iq4_values_u8();
+inline constexpr const unsigned char* iq4_values_u8 = iq4_u8.v;
 
 /// Activation sums per super-block of 256 in the q8_k_rows layout: 16 sums of 16 quants, then 8
 /// sums of 32 (int16).
@@ -221,7 +261,7 @@ inline constexpr std::size_t q8_k_sums = 24;
 /// Blocks of 256: xq int8 [n][cols], xd f32 [n][cols/256], x_sums int16 [n][cols/256][24],
 /// x_offsets unused.
 struct QuantArgs {
-  QuantType type;
+  DType type;  ///< a quantised type (is_quant_type)
   const std::byte* w;
   std::size_t row_bytes;
   std::size_t rows;

@@ -14,58 +14,6 @@
 
 namespace specdec::cpu::detail {
 
-// The SIMD kernels read blocks through block_layout's offsets: they must be the structs' own.
-namespace check {
-using namespace block_layout;
-using namespace quant;
-static_assert(sizeof(BlockQ8_0) == q8_0_bytes && offsetof(BlockQ8_0, qs) == q8_0_qs);
-static_assert(sizeof(BlockQ4_0) == q4_0_bytes && offsetof(BlockQ4_0, qs) == q4_0_qs);
-static_assert(sizeof(BlockQ4_1) == q4_1_bytes && offsetof(BlockQ4_1, m) == q4_1_m &&
-              offsetof(BlockQ4_1, qs) == q4_1_qs);
-static_assert(sizeof(BlockQ5_0) == q5_0_bytes && offsetof(BlockQ5_0, qh) == q5_0_qh &&
-              offsetof(BlockQ5_0, qs) == q5_0_qs);
-static_assert(sizeof(BlockQ5_1) == q5_1_bytes && offsetof(BlockQ5_1, m) == q5_1_m &&
-              offsetof(BlockQ5_1, qh) == q5_1_qh && offsetof(BlockQ5_1, qs) == q5_1_qs);
-static_assert(sizeof(BlockIQ4NL) == iq4_nl_bytes && offsetof(BlockIQ4NL, qs) == iq4_nl_qs);
-static_assert(sizeof(BlockQ2_K) == q2_k_bytes && offsetof(BlockQ2_K, scales) == q2_k_scales &&
-              offsetof(BlockQ2_K, qs) == q2_k_qs && offsetof(BlockQ2_K, d) == q2_k_d);
-static_assert(sizeof(BlockQ3_K) == q3_k_bytes && offsetof(BlockQ3_K, hmask) == q3_k_hmask &&
-              offsetof(BlockQ3_K, qs) == q3_k_qs && offsetof(BlockQ3_K, scales) == q3_k_scales &&
-              offsetof(BlockQ3_K, d) == q3_k_d);
-static_assert(sizeof(BlockQ4_K) == q4_k_bytes && offsetof(BlockQ4_K, scales) == q4_k_scales &&
-              offsetof(BlockQ4_K, qs) == q4_k_qs);
-static_assert(sizeof(BlockQ5_K) == q5_k_bytes && offsetof(BlockQ5_K, scales) == q5_k_scales &&
-              offsetof(BlockQ5_K, qh) == q5_k_qh && offsetof(BlockQ5_K, qs) == q5_k_qs);
-static_assert(sizeof(BlockQ6_K) == q6_k_bytes && offsetof(BlockQ6_K, qh) == q6_k_qh &&
-              offsetof(BlockQ6_K, scales) == q6_k_scales && offsetof(BlockQ6_K, d) == q6_k_d);
-static_assert(sizeof(BlockIQ4XS) == iq4_xs_bytes &&
-              offsetof(BlockIQ4XS, scales_h) == iq4_xs_scales_h &&
-              offsetof(BlockIQ4XS, scales_l) == iq4_xs_scales_l &&
-              offsetof(BlockIQ4XS, qs) == iq4_xs_qs);
-// The trait table's rows in QuantType's order, with the structs' sizes.
-constexpr bool row_is(QuantType q, std::size_t elems, std::size_t bytes) {
-  return quant_traits(q).block_elems == elems && quant_traits(q).block_bytes == bytes;
-}
-static_assert(row_is(QuantType::q8_0, kQK, sizeof(BlockQ8_0)) &&
-              row_is(QuantType::q4_0, kQK, sizeof(BlockQ4_0)) &&
-              row_is(QuantType::q4_1, kQK, sizeof(BlockQ4_1)) &&
-              row_is(QuantType::q5_0, kQK, sizeof(BlockQ5_0)) &&
-              row_is(QuantType::q5_1, kQK, sizeof(BlockQ5_1)) &&
-              row_is(QuantType::iq4_nl, kQK, sizeof(BlockIQ4NL)) &&
-              row_is(QuantType::q2_k, kQK_K, sizeof(BlockQ2_K)) &&
-              row_is(QuantType::q3_k, kQK_K, sizeof(BlockQ3_K)) &&
-              row_is(QuantType::q4_k, kQK_K, sizeof(BlockQ4_K)) &&
-              row_is(QuantType::q5_k, kQK_K, sizeof(BlockQ5_K)) &&
-              row_is(QuantType::q6_k, kQK_K, sizeof(BlockQ6_K)) &&
-              row_is(QuantType::iq4_xs, kQK_K, sizeof(BlockIQ4XS)));
-constexpr bool iq4_values_match() {
-  for (int i = 0; i < 16; ++i)
-    if (iq4_values_u8[i] != kIq4NlValues[i] + 128) return false;
-  return true;
-}
-static_assert(iq4_values_match());
-}  // namespace check
-
 namespace {
 
 using namespace quant;
@@ -105,7 +53,7 @@ void fifth_bits(const std::uint8_t* qh_bytes, std::uint8_t* u) {
 
 /// The block at p in the common form (the same values the dequantisers of
 /// src/model/quants.cpp produce: tests/cpu/test_kernels.cpp checks the products against them).
-void unpack(QuantType type, const std::byte* p, Unpacked& o) {
+void unpack(DType type, const std::byte* p, Unpacked& o) {
   o.z = 0;
   o.m = 0.0f;
   o.has_min = false;
@@ -114,7 +62,11 @@ void unpack(QuantType type, const std::byte* p, Unpacked& o) {
     o.mn[i] = 0;
   }
   switch (type) {
-    case QuantType::q8_0: {
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16:
+      __builtin_trap();  // not quantised: kernels.cpp calls only with is_quant_type types
+    case DType::q8_0: {
       // u = w + 128 with the zero point 128: sum (u - 128) x = sum w x, exactly.
       const auto b = load<BlockQ8_0>(p);
       for (int j = 0; j < 32; ++j) o.u[j] = static_cast<std::uint8_t>(b.qs[j] + 128);
@@ -122,14 +74,14 @@ void unpack(QuantType type, const std::byte* p, Unpacked& o) {
       o.d = fp16_to_fp32(b.d);
       return;
     }
-    case QuantType::q4_0: {
+    case DType::q4_0: {
       const auto b = load<BlockQ4_0>(p);
       nibbles(b.qs, o.u);
       o.z = 8;
       o.d = fp16_to_fp32(b.d);
       return;
     }
-    case QuantType::q4_1: {
+    case DType::q4_1: {
       const auto b = load<BlockQ4_1>(p);
       nibbles(b.qs, o.u);
       o.d = fp16_to_fp32(b.d);
@@ -138,7 +90,7 @@ void unpack(QuantType type, const std::byte* p, Unpacked& o) {
       o.mn[0] = o.mn[1] = 1;
       return;
     }
-    case QuantType::q5_0: {
+    case DType::q5_0: {
       const auto b = load<BlockQ5_0>(p);
       nibbles(b.qs, o.u);
       fifth_bits(b.qh, o.u);
@@ -146,7 +98,7 @@ void unpack(QuantType type, const std::byte* p, Unpacked& o) {
       o.d = fp16_to_fp32(b.d);
       return;
     }
-    case QuantType::q5_1: {
+    case DType::q5_1: {
       const auto b = load<BlockQ5_1>(p);
       nibbles(b.qs, o.u);
       fifth_bits(b.qh, o.u);
@@ -156,7 +108,7 @@ void unpack(QuantType type, const std::byte* p, Unpacked& o) {
       o.mn[0] = o.mn[1] = 1;
       return;
     }
-    case QuantType::iq4_nl: {
+    case DType::iq4_nl: {
       const auto b = load<BlockIQ4NL>(p);
       nibbles(b.qs, o.u);
       for (int j = 0; j < 32; ++j) o.u[j] = iq4_values_u8[o.u[j]];
@@ -164,7 +116,7 @@ void unpack(QuantType type, const std::byte* p, Unpacked& o) {
       o.d = fp16_to_fp32(b.d);
       return;
     }
-    case QuantType::q2_k: {
+    case DType::q2_k: {
       // Weight 128h + 32s + l (half h, bit pair s, l < 32): bits 2s of qs[32h + l]; sub-block of
       // 16: 8h + 2s + l / 16, its scale in the low nibble of scales[], its min in the high one.
       const auto b = load<BlockQ2_K>(p);
@@ -181,7 +133,7 @@ void unpack(QuantType type, const std::byte* p, Unpacked& o) {
       o.has_min = true;
       return;
     }
-    case QuantType::q3_k: {
+    case DType::q3_k: {
       // As Q2_K, plus the third bit: bit 4h + s of hmask[l] (set: the quant is q2, else q2 - 4).
       const auto b = load<BlockQ3_K>(p);
       for (int h = 0; h < 2; ++h)
@@ -196,11 +148,11 @@ void unpack(QuantType type, const std::byte* p, Unpacked& o) {
       o.d = fp16_to_fp32(b.d);
       return;
     }
-    case QuantType::q4_k:
-    case QuantType::q5_k: {
+    case DType::q4_k:
+    case DType::q5_k: {
       // Sub-block j (of 32) = 2p + part: the low (part 0) or high nibbles of qs[32p .. 32p + 31];
       // Q5_K adds bit j of qh[l] as the fifth bit.
-      const bool five = type == QuantType::q5_k;
+      const bool five = type == DType::q5_k;
       const auto b4 = five ? BlockQ4_K{} : load<BlockQ4_K>(p);
       const auto b5 = five ? load<BlockQ5_K>(p) : BlockQ5_K{};
       const std::uint8_t* qs = five ? b5.qs : b4.qs;
@@ -222,7 +174,7 @@ void unpack(QuantType type, const std::byte* p, Unpacked& o) {
       o.has_min = true;
       return;
     }
-    case QuantType::q6_k: {
+    case DType::q6_k: {
       // Weight 128h + 32 part + l: low four bits from ql[64h + l + 32 (part % 2)] (low nibble for
       // part < 2, high otherwise), top two from bits 2 part of qh[32h + l].
       const auto b = load<BlockQ6_K>(p);
@@ -239,7 +191,7 @@ void unpack(QuantType type, const std::byte* p, Unpacked& o) {
       o.d = fp16_to_fp32(b.d);
       return;
     }
-    case QuantType::iq4_xs: {
+    case DType::iq4_xs: {
       const auto b = load<BlockIQ4XS>(p);
       for (int j = 0; j < 8; ++j) {
         nibbles(b.qs + 16 * j, o.u + 32 * j);

@@ -78,22 +78,22 @@ inline __m256i transpose_add8(const __m256i v[8]) {
 // block's quant sum, the same for every row.
 
 /// Block b of the row at `block` as 32 weights (unsigned; signed Q8_0 and IQ4_NL values), d, m.
-template <QuantType Q>
+template <DType Q>
 inline __m256i unpack32(const std::byte* block, float& d, float& m) {
   d = half_to_float(block);
-  if constexpr (Q == QuantType::q8_0) return load256(block + q8_0_qs);
-  if constexpr (Q == QuantType::q4_1 || Q == QuantType::q5_1) m = half_to_float(block + 2);
-  if constexpr (Q == QuantType::q4_0) return nibbles32(load128(block + q4_0_qs));
-  if constexpr (Q == QuantType::q4_1) return nibbles32(load128(block + q4_1_qs));
-  if constexpr (Q == QuantType::q5_0)
+  if constexpr (Q == DType::q8_0) return load256(block + q8_0_qs);
+  if constexpr (Q == DType::q4_1 || Q == DType::q5_1) m = half_to_float(block + 2);
+  if constexpr (Q == DType::q4_0) return nibbles32(load128(block + q4_0_qs));
+  if constexpr (Q == DType::q4_1) return nibbles32(load128(block + q4_1_qs));
+  if constexpr (Q == DType::q5_0)
     return _mm256_or_si256(nibbles32(load128(block + q5_0_qs)), fifth_bits(block + q5_0_qh));
-  if constexpr (Q == QuantType::q5_1)
+  if constexpr (Q == DType::q5_1)
     return _mm256_or_si256(nibbles32(load128(block + q5_1_qs)), fifth_bits(block + q5_1_qh));
   return iq4_lookup(nibbles32(load128(block + iq4_nl_qs)));
 }
 
 /// 8 rows (rows past `valid` repeat row 0) against every token; acc [n][8].
-template <QuantType Q>
+template <DType Q>
 void rows32(const QuantArgs& a, std::size_t r0, std::size_t valid, float* acc) {
   constexpr QuantTraits traits = quant_traits(Q);
   constexpr std::size_t bytes = traits.block_bytes;
@@ -190,11 +190,11 @@ inline void k_scales_mins(const std::byte* block, __m128i& sc, __m128i& mn) {
   mn = _mm_setr_epi32(static_cast<int>(mn_lo), static_cast<int>(mn_hi), 0, 0);
 }
 
-template <QuantType Q>
+template <DType Q>
 inline void unpack_k(const std::byte* p, RowK& o);
 
 template <>
-inline void unpack_k<QuantType::q2_k>(const std::byte* p, RowK& o) {
+inline void unpack_k<DType::q2_k>(const std::byte* p, RowK& o) {
   const __m128i scales = load128(p + q2_k_scales);
   const __m128i nib = _mm_set1_epi8(0x0f);
   scales16(_mm_and_si128(scales, nib), o.s);
@@ -210,7 +210,7 @@ inline void unpack_k<QuantType::q2_k>(const std::byte* p, RowK& o) {
 }
 
 template <>
-inline void unpack_k<QuantType::q3_k>(const std::byte* p, RowK& o) {
+inline void unpack_k<DType::q3_k>(const std::byte* p, RowK& o) {
   // 16 6-bit scales: low four bits in byte i % 8 of the first 8 (low nibble for i < 8), top two
   // at bits 2 (i / 4) of byte 8 + i % 4; minus 32.
   unsigned long long lo;
@@ -244,7 +244,7 @@ inline void unpack_k<QuantType::q3_k>(const std::byte* p, RowK& o) {
 }
 
 template <>
-inline void unpack_k<QuantType::q4_k>(const std::byte* p, RowK& o) {
+inline void unpack_k<DType::q4_k>(const std::byte* p, RowK& o) {
   __m128i sc, mn;
   k_scales_mins(p, sc, mn);
   scales32(sc, o.s);
@@ -259,7 +259,7 @@ inline void unpack_k<QuantType::q4_k>(const std::byte* p, RowK& o) {
 }
 
 template <>
-inline void unpack_k<QuantType::q5_k>(const std::byte* p, RowK& o) {
+inline void unpack_k<DType::q5_k>(const std::byte* p, RowK& o) {
   __m128i sc, mn;
   k_scales_mins(p, sc, mn);
   scales32(sc, o.s);
@@ -281,7 +281,7 @@ inline void unpack_k<QuantType::q5_k>(const std::byte* p, RowK& o) {
 }
 
 template <>
-inline void unpack_k<QuantType::q6_k>(const std::byte* p, RowK& o) {
+inline void unpack_k<DType::q6_k>(const std::byte* p, RowK& o) {
   const __m128i scales = load128(p + q6_k_scales);
   scales16(scales, o.s);
   o.zm = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(scales), _mm256_set1_epi16(-32));
@@ -305,7 +305,7 @@ inline void unpack_k<QuantType::q6_k>(const std::byte* p, RowK& o) {
 }
 
 template <>
-inline void unpack_k<QuantType::iq4_xs>(const std::byte* p, RowK& o) {
+inline void unpack_k<DType::iq4_xs>(const std::byte* p, RowK& o) {
   o.d = half_to_float(p);
   unsigned short high;
   unsigned low;
@@ -328,7 +328,7 @@ inline void unpack_k<QuantType::iq4_xs>(const std::byte* p, RowK& o) {
 }
 
 /// 8 rows (rows past `valid` repeat row 0) against every token; acc [n][8].
-template <QuantType Q>
+template <DType Q>
 void rows_k(const QuantArgs& a, std::size_t r0, std::size_t valid, float* acc) {
   constexpr QuantTraits traits = quant_traits(Q);
   constexpr bool is_signed = traits.zero_point == 128;  // IQ4_XS: see the file's comment
@@ -378,7 +378,7 @@ void rows_k(const QuantArgs& a, std::size_t r0, std::size_t valid, float* acc) {
   }
 }
 
-template <QuantType Q, bool K>
+template <DType Q, bool K>
 void matmul_rows(const QuantArgs& a) {
   // Tokens in chunks of 64 (acc: 2 KiB); the weights are read once per chunk.
   constexpr std::size_t chunk = 64;
@@ -408,30 +408,34 @@ void matmul_rows(const QuantArgs& a) {
 
 void quant_matmul_avx2(const QuantArgs& a) {
   switch (a.type) {
-    case QuantType::q8_0:
-      return matmul_rows<QuantType::q8_0, false>(a);
-    case QuantType::q4_0:
-      return matmul_rows<QuantType::q4_0, false>(a);
-    case QuantType::q4_1:
-      return matmul_rows<QuantType::q4_1, false>(a);
-    case QuantType::q5_0:
-      return matmul_rows<QuantType::q5_0, false>(a);
-    case QuantType::q5_1:
-      return matmul_rows<QuantType::q5_1, false>(a);
-    case QuantType::iq4_nl:
-      return matmul_rows<QuantType::iq4_nl, false>(a);
-    case QuantType::q2_k:
-      return matmul_rows<QuantType::q2_k, true>(a);
-    case QuantType::q3_k:
-      return matmul_rows<QuantType::q3_k, true>(a);
-    case QuantType::q4_k:
-      return matmul_rows<QuantType::q4_k, true>(a);
-    case QuantType::q5_k:
-      return matmul_rows<QuantType::q5_k, true>(a);
-    case QuantType::q6_k:
-      return matmul_rows<QuantType::q6_k, true>(a);
-    case QuantType::iq4_xs:
-      return matmul_rows<QuantType::iq4_xs, true>(a);
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16:
+      __builtin_trap();  // not quantised: kernels.cpp calls only with is_quant_type types
+    case DType::q8_0:
+      return matmul_rows<DType::q8_0, false>(a);
+    case DType::q4_0:
+      return matmul_rows<DType::q4_0, false>(a);
+    case DType::q4_1:
+      return matmul_rows<DType::q4_1, false>(a);
+    case DType::q5_0:
+      return matmul_rows<DType::q5_0, false>(a);
+    case DType::q5_1:
+      return matmul_rows<DType::q5_1, false>(a);
+    case DType::iq4_nl:
+      return matmul_rows<DType::iq4_nl, false>(a);
+    case DType::q2_k:
+      return matmul_rows<DType::q2_k, true>(a);
+    case DType::q3_k:
+      return matmul_rows<DType::q3_k, true>(a);
+    case DType::q4_k:
+      return matmul_rows<DType::q4_k, true>(a);
+    case DType::q5_k:
+      return matmul_rows<DType::q5_k, true>(a);
+    case DType::q6_k:
+      return matmul_rows<DType::q6_k, true>(a);
+    case DType::iq4_xs:
+      return matmul_rows<DType::iq4_xs, true>(a);
   }
 }
 

@@ -228,36 +228,36 @@ inline void add_fifth_bits(__m512i qh, __m512i w[8]) {
 }
 
 /// Unpacks one block of the 16 rows.
-template <QuantType Q, class Src>
+template <DType Q, class Src>
 [[gnu::always_inline]] inline void unpack32(const Src& rows, Block32& o) {
-  if constexpr (Q == QuantType::q8_0) {
+  if constexpr (Q == DType::q8_0) {
     // Signed bytes made unsigned: w ^ 0x80 = w + 128 as u8, exact for every int8 (-128 too).
     load8(rows, q8_0_qs, o.w);
     for (int k = 0; k < 8; ++k) o.w[k] = _mm512_xor_si512(o.w[k], splat8(0x80));
     o.d = load_half<q8_0_bytes>(rows, 0);
     return;
   }
-  constexpr std::size_t qs = Q == QuantType::q4_0   ? q4_0_qs
-                             : Q == QuantType::q4_1 ? q4_1_qs
-                             : Q == QuantType::q5_0 ? q5_0_qs
-                             : Q == QuantType::q5_1 ? q5_1_qs
-                                                    : iq4_nl_qs;
+  constexpr std::size_t qs = Q == DType::q4_0   ? q4_0_qs
+                             : Q == DType::q4_1 ? q4_1_qs
+                             : Q == DType::q5_0 ? q5_0_qs
+                             : Q == DType::q5_1 ? q5_1_qs
+                                                : iq4_nl_qs;
   __m512i packed[4];
   load4(rows, qs, packed);
   for (int k = 0; k < 4; ++k) {
     o.w[k] = low_nibbles(packed[k]);       // weights 4k .. 4k + 3
     o.w[k + 4] = high_nibbles(packed[k]);  // weights 16 + 4k ..
   }
-  if constexpr (Q == QuantType::q4_1 || Q == QuantType::q5_1) {
+  if constexpr (Q == DType::q4_1 || Q == DType::q5_1) {
     const __m512i head = load1(rows, 0);  // d | m << 16
     o.d = half_lo(head);
     o.m = half_hi(head);
   } else {
     o.d = load_half<quant_traits(Q).block_bytes>(rows, 0);
   }
-  if constexpr (Q == QuantType::q5_0) add_fifth_bits(load1(rows, q5_0_qh), o.w);
-  if constexpr (Q == QuantType::q5_1) add_fifth_bits(load1(rows, q5_1_qh), o.w);
-  if constexpr (Q == QuantType::iq4_nl) {
+  if constexpr (Q == DType::q5_0) add_fifth_bits(load1(rows, q5_0_qh), o.w);
+  if constexpr (Q == DType::q5_1) add_fifth_bits(load1(rows, q5_1_qh), o.w);
+  if constexpr (Q == DType::iq4_nl) {
     const __m512i table = iq4_table();
     for (int k = 0; k < 8; ++k) o.w[k] = _mm512_shuffle_epi8(table, o.w[k]);
   }
@@ -336,7 +336,7 @@ void for_each_group(const QuantArgs& a, std::size_t block_bytes, F&& f) {
 }
 
 /// One group of 16 rows against the T tokens from t0; y: the group's lane 0 for token 0.
-template <QuantType Q, int T, class Group>
+template <DType Q, int T, class Group>
 void group32(Group& group, const QuantArgs& a, std::size_t t0, __mmask16 store, float* y) {
   constexpr QuantTraits traits = quant_traits(Q);
   const std::size_t blocks = a.cols / 32;
@@ -367,13 +367,13 @@ void group32(Group& group, const QuantArgs& a, std::size_t t0, __mmask16 store, 
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * a.ldy, store, acc[t]);
 }
 
-template <QuantType Q, class Group, int... T>
+template <DType Q, class Group, int... T>
 struct Groups32 {
   using Fn = void (*)(Group&, const QuantArgs&, std::size_t, __mmask16, float*);
   static constexpr Fn table[sizeof...(T)] = {&group32<Q, T + 1, Group>...};
 };
 
-template <QuantType Q>
+template <DType Q>
 void matmul32(const QuantArgs& a) {
   for_each_group(
       a, quant_traits(Q).block_bytes, [&]<class Group>(Group& group, __mmask16 store, float* y) {
@@ -403,7 +403,7 @@ struct BlockK {
 /// The unpacked weights and scales of Q4_K make the integer sum 2^4 times the block's: its high
 /// nibbles stay in place, as 16 x the weight, and the low nibbles' scales are multiplied by 16
 /// (one instruction less per 64 weights); the sum is shifted back, exactly.
-constexpr int unpack_shift(QuantType q) { return q == QuantType::q4_k ? 4 : 0; }
+constexpr int unpack_shift(DType q) { return q == DType::q4_k ? 4 : 0; }
 
 /// Q4_K / Q5_K scales and mins: 8 6-bit values each from 12 bytes (kernels.hpp's table).
 template <class Src>
@@ -431,8 +431,8 @@ inline void k_scales_mins(const Src& rows, BlockK& o) {
   o.zm[3] = bytes_u16_pair(mn_hi, 2, 3);
 }
 
-template <QuantType Q, class Src>
-requires(Q == QuantType::q2_k) inline void unpack_k(const Src& rows, BlockK& o) {
+template <DType Q, class Src>
+requires(Q == DType::q2_k) inline void unpack_k(const Src& rows, BlockK& o) {
   __m512i s[4];  // scale bytes: low nibble the scale, high nibble the min, of sub-blocks 4i..4i+3
   load4(rows, q2_k_scales, s);
   for (int i = 0; i < 16; ++i)
@@ -452,8 +452,8 @@ requires(Q == QuantType::q2_k) inline void unpack_k(const Src& rows, BlockK& o) 
   }
 }
 
-template <QuantType Q, class Src>
-requires(Q == QuantType::q3_k) inline void unpack_k(const Src& rows, BlockK& o) {
+template <DType Q, class Src>
+requires(Q == DType::q3_k) inline void unpack_k(const Src& rows, BlockK& o) {
   __m512i sc[3];  // the 12 scale bytes
   load3(rows, q3_k_scales, sc);
   o.d = load_half<q3_k_bytes>(rows, q3_k_d);
@@ -488,8 +488,8 @@ requires(Q == QuantType::q3_k) inline void unpack_k(const Src& rows, BlockK& o) 
   }
 }
 
-template <QuantType Q, class Src>
-requires(Q == QuantType::q4_k) inline void unpack_k(const Src& rows, BlockK& o) {
+template <DType Q, class Src>
+requires(Q == DType::q4_k) inline void unpack_k(const Src& rows, BlockK& o) {
   k_scales_mins(rows, o);
   // Sub-blocks 2c and 2c + 1: the low and high nibbles of qs[32c .. 32c + 31], the high ones in
   // place (16 x the weight) and the low ones' scales times 16: the sum is 16 x the block's.
@@ -509,8 +509,8 @@ inline __m512i move_bit(__m512i v, int from, int to) {
   return from >= to ? _mm512_srli_epi16(v, from - to) : _mm512_slli_epi16(v, to - from);
 }
 
-template <QuantType Q, class Src>
-requires(Q == QuantType::q5_k) inline void unpack_k(const Src& rows, BlockK& o) {
+template <DType Q, class Src>
+requires(Q == DType::q5_k) inline void unpack_k(const Src& rows, BlockK& o) {
   k_scales_mins(rows, o);
   // As Q4_K, plus bit j of qh[l] as the fifth bit of sub-block j.
   __m512i qh[8];
@@ -529,8 +529,8 @@ requires(Q == QuantType::q5_k) inline void unpack_k(const Src& rows, BlockK& o) 
   }
 }
 
-template <QuantType Q, class Src>
-requires(Q == QuantType::q6_k) inline void unpack_k(const Src& rows, BlockK& o) {
+template <DType Q, class Src>
+requires(Q == DType::q6_k) inline void unpack_k(const Src& rows, BlockK& o) {
   __m512i s[4];  // the 16 int8 scales, 4 per lane
   load4(rows, q6_k_scales, s);
   for (int i = 0; i < 16; ++i) o.sc[i] = byte_i32(s[i / 4], i % 4);
@@ -557,8 +557,8 @@ requires(Q == QuantType::q6_k) inline void unpack_k(const Src& rows, BlockK& o) 
   }
 }
 
-template <QuantType Q, class Src>
-requires(Q == QuantType::iq4_xs) inline void unpack_k(const Src& rows, BlockK& o) {
+template <DType Q, class Src>
+requires(Q == DType::iq4_xs) inline void unpack_k(const Src& rows, BlockK& o) {
   const __m512i head = load1(rows, 0);  // d | scales_h << 16
   const __m512i low = load1(rows, iq4_xs_scales_l);
   o.d = half_lo(head);
@@ -660,9 +660,9 @@ void q4_k_one_token(const Src& rows, const QuantArgs& a, std::size_t t, std::siz
     isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(lo, _mm512_slli_epi32(o.sc[2 * c], 4)));
     isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(hi, o.sc[2 * c + 1]));
   }
-  constexpr QuantTraits traits = quant_traits(QuantType::q4_k);
-  k_finish<1, traits.sub_elems / 4, traits.has_min, unpack_shift(QuantType::q4_k)>(o, a, t, b,
-                                                                                   &isum, acc);
+  constexpr QuantTraits traits = quant_traits(DType::q4_k);
+  k_finish<1, traits.sub_elems / 4, traits.has_min, unpack_shift(DType::q4_k)>(o, a, t, b, &isum,
+                                                                               acc);
 }
 
 using TokensFn = void (*)(const BlockK&, const QuantArgs&, std::size_t, std::size_t, float*);
@@ -671,7 +671,7 @@ struct KTokens {
   static constexpr TokensFn table[sizeof...(T)] = {&k_tokens<T + 1, SD, HasMin, Shift>...};
 };
 
-template <QuantType Q>
+template <DType Q>
 void matmul_k(const QuantArgs& a) {
   constexpr QuantTraits traits = quant_traits(Q);
   const TokensFn* tokens =
@@ -686,7 +686,7 @@ void matmul_k(const QuantArgs& a) {
       for (std::size_t i = 0; i < m * 16; ++i) acc[i] = 0.0f;
       for (std::size_t b = 0; b < blocks; ++b) {
         if (t0 == 0) group.prefetch_block(b);
-        if constexpr (Q == QuantType::q4_k)
+        if constexpr (Q == DType::q4_k)
           if (m == 1) {
             q4_k_one_token(group.block(b), a, t0, b, acc);
             continue;
@@ -705,30 +705,34 @@ void matmul_k(const QuantArgs& a) {
 
 void quant_matmul_avx512vnni(const QuantArgs& a) {
   switch (a.type) {
-    case QuantType::q8_0:
-      return matmul32<QuantType::q8_0>(a);
-    case QuantType::q4_0:
-      return matmul32<QuantType::q4_0>(a);
-    case QuantType::q4_1:
-      return matmul32<QuantType::q4_1>(a);
-    case QuantType::q5_0:
-      return matmul32<QuantType::q5_0>(a);
-    case QuantType::q5_1:
-      return matmul32<QuantType::q5_1>(a);
-    case QuantType::iq4_nl:
-      return matmul32<QuantType::iq4_nl>(a);
-    case QuantType::q2_k:
-      return matmul_k<QuantType::q2_k>(a);
-    case QuantType::q3_k:
-      return matmul_k<QuantType::q3_k>(a);
-    case QuantType::q4_k:
-      return matmul_k<QuantType::q4_k>(a);
-    case QuantType::q5_k:
-      return matmul_k<QuantType::q5_k>(a);
-    case QuantType::q6_k:
-      return matmul_k<QuantType::q6_k>(a);
-    case QuantType::iq4_xs:
-      return matmul_k<QuantType::iq4_xs>(a);
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16:
+      __builtin_trap();  // not quantised: kernels.cpp calls only with is_quant_type types
+    case DType::q8_0:
+      return matmul32<DType::q8_0>(a);
+    case DType::q4_0:
+      return matmul32<DType::q4_0>(a);
+    case DType::q4_1:
+      return matmul32<DType::q4_1>(a);
+    case DType::q5_0:
+      return matmul32<DType::q5_0>(a);
+    case DType::q5_1:
+      return matmul32<DType::q5_1>(a);
+    case DType::iq4_nl:
+      return matmul32<DType::iq4_nl>(a);
+    case DType::q2_k:
+      return matmul_k<DType::q2_k>(a);
+    case DType::q3_k:
+      return matmul_k<DType::q3_k>(a);
+    case DType::q4_k:
+      return matmul_k<DType::q4_k>(a);
+    case DType::q5_k:
+      return matmul_k<DType::q5_k>(a);
+    case DType::q6_k:
+      return matmul_k<DType::q6_k>(a);
+    case DType::iq4_xs:
+      return matmul_k<DType::iq4_xs>(a);
   }
 }
 

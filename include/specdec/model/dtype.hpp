@@ -6,7 +6,7 @@
 // kernels.
 //
 // Quantised types store a row of weights as blocks: `block_elems` weights in `block_bytes`
-// bytes (ggml-common.h has the layouts; include/specdec/model/quant_blocks.hpp mirrors them).
+// bytes (ggml-common.h has the layouts; specdec/model/quant_block_layouts.hpp states them).
 // A tensor's rows (its innermost dimension) hold whole blocks.
 
 #include <array>
@@ -16,28 +16,9 @@
 #include <span>
 #include <string_view>
 
-namespace specdec {
+#include "specdec/model/dtype_enum.hpp"
 
-/// The weight types specdec computes with: the float types and every type llama-quantize's
-/// standard presets write (Q2_K ... Q8_0 and their _S/_M/_L mixes), plus IQ4_NL and IQ4_XS.
-enum class DType : std::uint8_t {
-  f32,
-  f16,
-  bf16,
-  q4_0,
-  q4_1,
-  q5_0,
-  q5_1,
-  q8_0,
-  q2_k,
-  q3_k,
-  q4_k,
-  q5_k,
-  q6_k,
-  iq4_nl,
-  iq4_xs,
-};
-inline constexpr std::size_t kDTypeCount = 15;
+namespace specdec {
 
 /// Element type of a KV cache, on both backends. f16 halves its memory and its read traffic at
 /// long contexts.
