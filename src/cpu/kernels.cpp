@@ -231,22 +231,11 @@ InputFormat input_format(Isa isa, DType weight_dtype, std::size_t cols) {
       if (isa == Isa::amx && cols % 32 == 0) return InputFormat::bf16_tiles;
       if (isa == Isa::avx512 && cpu_features().avx512_bf16) return InputFormat::bf16_rows;
       return InputFormat::f32;
-    case DType::q8_0:
-    case DType::q4_0:
-    case DType::q4_1:
-    case DType::q5_0:
-    case DType::q5_1:
-    case DType::iq4_nl:
-      return InputFormat::q8_0_rows;
-    case DType::q2_k:
-    case DType::q3_k:
-    case DType::q4_k:
-    case DType::q5_k:
-    case DType::q6_k:
-    case DType::iq4_xs:
-      return InputFormat::q8_k_rows;
-    default:
+    case DType::f32:
+    case DType::f16:
       return InputFormat::f32;
+    default:  // the quantised types: activations in blocks as long as the weights' blocks
+      return detail::super_blocks(weight_dtype) ? InputFormat::q8_k_rows : InputFormat::q8_0_rows;
   }
 }
 

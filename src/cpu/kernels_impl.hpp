@@ -199,6 +199,45 @@ constexpr int zero_point_shift(DType q) { return 7 - __builtin_ctz(quant_traits(
 // linker cannot hand one ISA's copy to another's callers.
 namespace {  // NOLINT(cert-dcl59-cpp,google-build-namespaces)
 
+/// f.template operator()<Q>() for Q = t: an instruction set's dispatch from the run-time type to
+/// its kernel templates, over the quantised rows of quant_traits_table.
+template <class F>
+void with_quant_type(DType t, F&& f) {
+  switch (t) {
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16:
+      __builtin_trap();  // not quantised: kernels.cpp calls only with is_quant_type types
+    case DType::q4_0:
+      return f.template operator()<DType::q4_0>();
+    case DType::q4_1:
+      return f.template operator()<DType::q4_1>();
+    case DType::q5_0:
+      return f.template operator()<DType::q5_0>();
+    case DType::q5_1:
+      return f.template operator()<DType::q5_1>();
+    case DType::q8_0:
+      return f.template operator()<DType::q8_0>();
+    case DType::q2_k:
+      return f.template operator()<DType::q2_k>();
+    case DType::q3_k:
+      return f.template operator()<DType::q3_k>();
+    case DType::q4_k:
+      return f.template operator()<DType::q4_k>();
+    case DType::q5_k:
+      return f.template operator()<DType::q5_k>();
+    case DType::q6_k:
+      return f.template operator()<DType::q6_k>();
+    case DType::iq4_nl:
+      return f.template operator()<DType::iq4_nl>();
+    case DType::iq4_xs:
+      return f.template operator()<DType::iq4_xs>();
+  }
+}
+
+/// Whether Q's blocks are super-blocks of 256 (the K-quants, IQ4_XS) rather than blocks of 32.
+constexpr bool super_blocks(DType q) { return quant_traits(q).block_elems == quant::kQK_K; }
+
 /// Prefetch for streaming `Rows` interleaved rows (the integer kernels' groups of 8 or 16 rows,
 /// file layout): while block b of the group is computed, the lines `ahead` bytes further along
 /// each row (past the row's end: the same row of the next group) are requested into L2. The

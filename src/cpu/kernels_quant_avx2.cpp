@@ -378,8 +378,9 @@ void rows_k(const QuantArgs& a, std::size_t r0, std::size_t valid, float* acc) {
   }
 }
 
-template <DType Q, bool K>
+template <DType Q>
 void matmul_rows(const QuantArgs& a) {
+  constexpr bool K = super_blocks(Q);
   // Tokens in chunks of 64 (acc: 2 KiB); the weights are read once per chunk.
   constexpr std::size_t chunk = 64;
   alignas(32) float acc[chunk * 8];
@@ -407,36 +408,7 @@ void matmul_rows(const QuantArgs& a) {
 }  // namespace
 
 void quant_matmul_avx2(const QuantArgs& a) {
-  switch (a.type) {
-    case DType::f32:
-    case DType::f16:
-    case DType::bf16:
-      __builtin_trap();  // not quantised: kernels.cpp calls only with is_quant_type types
-    case DType::q8_0:
-      return matmul_rows<DType::q8_0, false>(a);
-    case DType::q4_0:
-      return matmul_rows<DType::q4_0, false>(a);
-    case DType::q4_1:
-      return matmul_rows<DType::q4_1, false>(a);
-    case DType::q5_0:
-      return matmul_rows<DType::q5_0, false>(a);
-    case DType::q5_1:
-      return matmul_rows<DType::q5_1, false>(a);
-    case DType::iq4_nl:
-      return matmul_rows<DType::iq4_nl, false>(a);
-    case DType::q2_k:
-      return matmul_rows<DType::q2_k, true>(a);
-    case DType::q3_k:
-      return matmul_rows<DType::q3_k, true>(a);
-    case DType::q4_k:
-      return matmul_rows<DType::q4_k, true>(a);
-    case DType::q5_k:
-      return matmul_rows<DType::q5_k, true>(a);
-    case DType::q6_k:
-      return matmul_rows<DType::q6_k, true>(a);
-    case DType::iq4_xs:
-      return matmul_rows<DType::iq4_xs, true>(a);
-  }
+  with_quant_type(a.type, [&]<DType Q>() { matmul_rows<Q>(a); });
 }
 
 }  // namespace specdec::cpu::detail

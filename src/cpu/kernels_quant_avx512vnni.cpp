@@ -704,36 +704,12 @@ void matmul_k(const QuantArgs& a) {
 }  // namespace
 
 void quant_matmul_avx512vnni(const QuantArgs& a) {
-  switch (a.type) {
-    case DType::f32:
-    case DType::f16:
-    case DType::bf16:
-      __builtin_trap();  // not quantised: kernels.cpp calls only with is_quant_type types
-    case DType::q8_0:
-      return matmul32<DType::q8_0>(a);
-    case DType::q4_0:
-      return matmul32<DType::q4_0>(a);
-    case DType::q4_1:
-      return matmul32<DType::q4_1>(a);
-    case DType::q5_0:
-      return matmul32<DType::q5_0>(a);
-    case DType::q5_1:
-      return matmul32<DType::q5_1>(a);
-    case DType::iq4_nl:
-      return matmul32<DType::iq4_nl>(a);
-    case DType::q2_k:
-      return matmul_k<DType::q2_k>(a);
-    case DType::q3_k:
-      return matmul_k<DType::q3_k>(a);
-    case DType::q4_k:
-      return matmul_k<DType::q4_k>(a);
-    case DType::q5_k:
-      return matmul_k<DType::q5_k>(a);
-    case DType::q6_k:
-      return matmul_k<DType::q6_k>(a);
-    case DType::iq4_xs:
-      return matmul_k<DType::iq4_xs>(a);
-  }
+  with_quant_type(a.type, [&]<DType Q>() {
+    if constexpr (super_blocks(Q))
+      matmul_k<Q>(a);
+    else
+      matmul32<Q>(a);
+  });
 }
 
 }  // namespace specdec::cpu::detail
