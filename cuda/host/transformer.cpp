@@ -534,7 +534,7 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
                             options.gemm_warps));
   }
   if (options.gemm_warps > 0) m.gemm_warps = options.gemm_warps;
-  if (const int r = options.gemm_rows_per_lane; r != 0 && r != 1 && r != 2 && r != 4) {
+  if (const int r = options.gemm_rows_per_lane; !kernels::valid_rows_per_lane(r)) {
     throw Error(fmt::format(
         "cuda::Transformer: Options::gemm_rows_per_lane is {}, not 0 (automatic), 1, 2 or 4", r));
   }

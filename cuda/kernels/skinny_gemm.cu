@@ -232,10 +232,10 @@ int skinny_rows_per_lane(int out) noexcept {
 void skinny_gemm(DType type, const void* w, const float* x, float* y, int n, int out, int in,
                  cudaStream_t stream, int warps, int ldy, int rows_per_lane) {
   if (n < 1 || n > kSkinnyMaxTokens) throw Error("skinny_gemm: n must be in [1, 16]");
-  if (rows_per_lane == 0) rows_per_lane = skinny_rows_per_lane(out);
-  if (rows_per_lane != 1 && rows_per_lane != 2 && rows_per_lane != 4)
+  if (!valid_rows_per_lane(rows_per_lane))
     throw Error("skinny_gemm: rows_per_lane must be 0 (automatic), 1, 2 or 4, not " +
                 std::to_string(rows_per_lane));
+  if (rows_per_lane == 0) rows_per_lane = skinny_rows_per_lane(out);
   if (out <= 0 || in <= 0) throw Error("skinny_gemm: empty matrix");
   if (warps < 1 || warps > 32) throw Error("skinny_gemm: warps must be in [1, 32]");
   if (ldy == 0) ldy = out;

@@ -33,6 +33,10 @@ bool has_weight_kernels(DType t) noexcept;
 /// matrices then leave the GPU short of warps).
 int skinny_rows_per_lane(int out) noexcept;
 
+/// The rows_per_lane values skinny_gemm takes: 0 (automatic), 1, 2 or 4. The Transformer checks
+/// its option with it at construction, the launcher every call.
+constexpr bool valid_rows_per_lane(int r) noexcept { return r == 0 || r == 1 || r == 2 || r == 4; }
+
 /// y[t][r] = sum_k W[r][k] x[t][k] for 1 <= n <= 16 (device pointers; y row t at y + t * ldy,
 /// ldy = 0 meaning out). `warps` (1 to 32) per block, 2 * rows_per_lane rows per warp; 4 warps
 /// is the GPU default, the emulated tests also run 1 and 2. rows_per_lane: 1, 2 or 4, or 0 for
