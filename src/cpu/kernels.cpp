@@ -500,8 +500,8 @@ void f32_to_f16_row_portable(const float* in, std::uint16_t* out, std::size_t co
 
 namespace {
 
-/// t, if the integer kernels compute with it.
-DType quant_type(DType t) {
+/// t, after checking that the integer kernels compute with it.
+DType checked_quant_type(DType t) {
   if (!detail::is_quant_type(t))
     throw Error(fmt::format("matmul: dtype {} has no integer kernel", dtype_name(t)));
   return t;
@@ -553,7 +553,7 @@ std::size_t rows16_position(const detail::BlockField& f, std::size_t block_bytes
 template <bool ToRows16>
 void rows16_copy_row(DType dtype, std::size_t row_bytes, std::size_t lane, const std::byte* from,
                      std::byte* to) {
-  const detail::BlockFields fields = detail::quant_traits(quant_type(dtype)).rows16;
+  const detail::BlockFields fields = detail::quant_traits(checked_quant_type(dtype)).rows16;
   const std::size_t block_bytes = dtype_block_bytes(dtype);
   for (std::size_t b = 0; b < row_bytes / block_bytes; ++b)
     for (int i = 0; i < fields.count; ++i) {
@@ -623,7 +623,7 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
     if (!repack_helps(isa, w.dtype))
       throw Error(fmt::format("matmul: [{}, {}] {} repacked for AVX512-VNNI, called on {}", w.rows,
                               w.cols, dtype_name(w.dtype), isa_name(isa)));
-    detail::QuantArgs args{quant_type(w.dtype),
+    detail::QuantArgs args{checked_quant_type(w.dtype),
                            w.data + row_begin / 16 * 16 * w.row_bytes,
                            w.row_bytes,
                            rows,
@@ -649,10 +649,10 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
       return detail::fma_matmul_portable(args);
     }
     case InputFormat::q8_k_rows:
-      return quant_matmul(isa, {quant_type(w.dtype), w0, w.row_bytes, rows, w.cols, x.q8(),
+      return quant_matmul(isa, {checked_quant_type(w.dtype), w0, w.row_bytes, rows, w.cols, x.q8(),
                                 x.q8_scales(), nullptr, x.q8_sums(), x.n(), y0, ldy});
     case InputFormat::q8_0_rows:
-      return quant_matmul(isa, {quant_type(w.dtype), w0, w.row_bytes, rows, w.cols, x.q8(),
+      return quant_matmul(isa, {checked_quant_type(w.dtype), w0, w.row_bytes, rows, w.cols, x.q8(),
                                 x.q8_scales(), x.q8_offsets(), nullptr, x.n(), y0, ldy});
     case InputFormat::bf16_rows:
       return detail::bf16_matmul_avx512bf16(

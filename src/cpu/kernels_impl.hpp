@@ -160,6 +160,7 @@ inline constexpr BlockField iq4_xs_fields[] = {field(0, bl::iq4_xs_scales_l),  /
 /// factor m, and the block's fields in the rows16 layout. What only one instruction set needs (an
 /// unpacking trick) stays in its file.
 struct QuantTraits {
+  DType type;  ///< the row's type: the table is checked to be in the enum's order
   std::size_t block_elems, block_bytes;
   int sub_elems, zero_point;
   bool has_min;
@@ -167,24 +168,30 @@ struct QuantTraits {
 };
 inline constexpr BlockField no_fields[] = {{0, 0}};
 inline constexpr QuantTraits quant_traits_table[] = {
-    // weights per block, bytes per block, weights per sub-block, z, min, rows16 fields
-    {0, 0, 0, 0, false, no_fields},                                   // f32
-    {0, 0, 0, 0, false, no_fields},                                   // f16
-    {0, 0, 0, 0, false, no_fields},                                   // bf16
-    {quant::kQK, bl::q4_0_bytes, 32, 8, false, q4_0_fields},          // q4_0
-    {quant::kQK, bl::q4_1_bytes, 32, 0, true, q4_1_fields},           // q4_1
-    {quant::kQK, bl::q5_0_bytes, 32, 16, false, q5_0_fields},         // q5_0
-    {quant::kQK, bl::q5_1_bytes, 32, 0, true, q5_1_fields},           // q5_1
-    {quant::kQK, bl::q8_0_bytes, 32, 128, false, q8_0_fields},        // q8_0
-    {quant::kQK_K, bl::q2_k_bytes, 16, 0, true, q2_k_fields},         // q2_k
-    {quant::kQK_K, bl::q3_k_bytes, 16, 4, false, q3_k_fields},        // q3_k
-    {quant::kQK_K, bl::q4_k_bytes, 32, 0, true, q4_k_fields},         // q4_k
-    {quant::kQK_K, bl::q5_k_bytes, 32, 0, true, q5_k_fields},         // q5_k
-    {quant::kQK_K, bl::q6_k_bytes, 16, 32, false, q6_k_fields},       // q6_k
-    {quant::kQK, bl::iq4_nl_bytes, 32, 128, false, iq4_nl_fields},    // iq4_nl
-    {quant::kQK_K, bl::iq4_xs_bytes, 32, 128, false, iq4_xs_fields},  // iq4_xs
+    // type, weights per block, bytes per block, weights per sub-block, z, min, rows16 fields
+    {DType::f32, 0, 0, 0, 0, false, no_fields},
+    {DType::f16, 0, 0, 0, 0, false, no_fields},
+    {DType::bf16, 0, 0, 0, 0, false, no_fields},
+    {DType::q4_0, quant::kQK, bl::q4_0_bytes, 32, 8, false, q4_0_fields},
+    {DType::q4_1, quant::kQK, bl::q4_1_bytes, 32, 0, true, q4_1_fields},
+    {DType::q5_0, quant::kQK, bl::q5_0_bytes, 32, 16, false, q5_0_fields},
+    {DType::q5_1, quant::kQK, bl::q5_1_bytes, 32, 0, true, q5_1_fields},
+    {DType::q8_0, quant::kQK, bl::q8_0_bytes, 32, 128, false, q8_0_fields},
+    {DType::q2_k, quant::kQK_K, bl::q2_k_bytes, 16, 0, true, q2_k_fields},
+    {DType::q3_k, quant::kQK_K, bl::q3_k_bytes, 16, 4, false, q3_k_fields},
+    {DType::q4_k, quant::kQK_K, bl::q4_k_bytes, 32, 0, true, q4_k_fields},
+    {DType::q5_k, quant::kQK_K, bl::q5_k_bytes, 32, 0, true, q5_k_fields},
+    {DType::q6_k, quant::kQK_K, bl::q6_k_bytes, 16, 32, false, q6_k_fields},
+    {DType::iq4_nl, quant::kQK, bl::iq4_nl_bytes, 32, 128, false, iq4_nl_fields},
+    {DType::iq4_xs, quant::kQK_K, bl::iq4_xs_bytes, 32, 128, false, iq4_xs_fields},
 };
-static_assert(sizeof(quant_traits_table) / sizeof(quant_traits_table[0]) == kDTypeCount);
+constexpr bool quant_traits_in_enum_order() {
+  for (std::size_t i = 0; i < kDTypeCount; ++i)
+    if (quant_traits_table[i].type != static_cast<DType>(i)) return false;
+  return true;
+}
+static_assert(sizeof(quant_traits_table) / sizeof(quant_traits_table[0]) == kDTypeCount &&
+              quant_traits_in_enum_order());
 constexpr const QuantTraits& quant_traits(DType q) {
   return quant_traits_table[static_cast<int>(q)];
 }
