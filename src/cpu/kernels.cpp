@@ -697,8 +697,17 @@ void f32_to_f16_row(Isa isa, const float* in, std::uint16_t* out, std::size_t co
 
 void attend(Isa isa, const AttentionArgs& args) {
   if (isa == Isa::avx512 || isa == Isa::amx) return detail::attend_avx512(args);
-  if (isa == Isa::avx2) return detail::attend_avx2(args);
-  detail::attend_portable(args);
+  for (std::size_t h = 0; h < args.heads; ++h) {
+    AttentionArgs one = args;
+    one.heads = 1;
+    one.q += h * args.head_dim;
+    one.out += h * args.head_dim;
+    one.scores += h * args.count;
+    if (isa == Isa::avx2)
+      detail::attend_avx2(one);
+    else
+      detail::attend_portable(one);
+  }
 }
 
 }  // namespace specdec::cpu

@@ -156,41 +156,175 @@ void fma_matmul_avx512(const FmaArgs& a) {
   }
 }
 
-void attend_avx512(const AttentionArgs& a) {
-  // scores
+namespace {
+
+// ---- attention ----------------------------------------------------------------------------------
+//
+// The heads of a group (AttentionArgs::heads) attend together: each K row is loaded and converted
+// once and dotted with every head's q, each V row converted once per pass and added into several
+// heads' accumulators. A head's arithmetic is attend_portable's, operation for operation: its
+// score is the 16-lane dot of dot16 (blocks of 16 dimensions in order, then the fixed tree), its
+// output dimension d the chain e_0 v_0[d] + e_1 v_1[d] + ... of fused multiply-adds in increasing
+// position. The registers only change which independent chains run side by side: one head alone
+// ran its V sum one block of 16 dimensions after the other, each a chain of `count` dependent
+// multiply-adds (latency-bound: 4 cycles each), where B blocks x H heads of chains now advance
+// together.
+
+/// Scores of every head, s[h][j] = dot(q_h, k_j) * scale, with head_dim <= 16 B (`last`: the
+/// lanes of the last block inside head_dim).
+template <int B>
+void attention_scores(const AttentionArgs& a, __mmask16 last) {
   for (std::size_t j = 0; j < a.count; ++j) {
     const std::size_t row = kv_row(a, j) * a.row_stride;
-    const void* k = a.kv_f16
-                        ? static_cast<const void*>(static_cast<const std::uint16_t*>(a.k) + row)
-                        : static_cast<const void*>(static_cast<const float*>(a.k) + row);
-    a.scores[j] = dot16(a.q, k, a.kv_f16, a.head_dim) * a.scale;
+    __m512 k[B];
+    for (int b = 0; b < B; ++b)
+      k[b] =
+          load_kv(a.k, a.kv_f16, row + 16 * b, b == B - 1 ? last : static_cast<__mmask16>(0xffff));
+    for (std::size_t h = 0; h < a.heads; ++h) {
+      const float* q = a.q + h * a.head_dim;
+      __m512 acc = _mm512_setzero_ps();
+      for (int b = 0; b < B; ++b)
+        acc = _mm512_fmadd_ps(
+            _mm512_maskz_loadu_ps(b == B - 1 ? last : static_cast<__mmask16>(0xffff), q + 16 * b),
+            k[b], acc);
+      a.scores[h * a.count + j] = reduce(acc) * a.scale;
+    }
   }
-  // softmax numerators and their sum (16 lanes, lane l takes j = l, l + 16, ...)
-  __m512 vmax = _mm512_set1_ps(a.scores[0]);
-  for (std::size_t j = 0; j < a.count; j += 16) {
-    const __mmask16 mask =
-        a.count - j >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.count - j);
-    vmax = _mm512_mask_max_ps(vmax, mask, vmax, _mm512_maskz_loadu_ps(mask, a.scores + j));
+}
+
+/// The softmax numerators of one head's scores, in place (16 lanes, lane l takes j = l, l + 16,
+/// ...); returns their sum (the fixed tree).
+float attention_softmax(float* scores, std::size_t count) {
+  __m512 vmax = _mm512_set1_ps(scores[0]);
+  for (std::size_t j = 0; j < count; j += 16) {
+    const __mmask16 mask = count - j >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(count - j);
+    vmax = _mm512_mask_max_ps(vmax, mask, vmax, _mm512_maskz_loadu_ps(mask, scores + j));
   }
   const __m512 shift = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
   __m512 sum = _mm512_setzero_ps();
-  for (std::size_t j = 0; j < a.count; j += 16) {
-    const __mmask16 mask =
-        a.count - j >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.count - j);
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, a.scores + j), shift));
-    _mm512_mask_storeu_ps(a.scores + j, mask, e);
+  for (std::size_t j = 0; j < count; j += 16) {
+    const __mmask16 mask = count - j >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(count - j);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + j), shift));
+    _mm512_mask_storeu_ps(scores + j, mask, e);
     sum = _mm512_mask_add_ps(sum, mask, sum, e);
   }
-  const __m512 total = _mm512_set1_ps(reduce(sum));
-  // weighted sum of v, 16 dimensions at a time, positions in increasing order
-  for (std::size_t d = 0; d < a.head_dim; d += 16) {
-    const __mmask16 mask =
-        a.head_dim - d >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.head_dim - d);
-    __m512 acc = _mm512_setzero_ps();
-    for (std::size_t j = 0; j < a.count; ++j)
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(a.scores[j]),
-                            load_kv(a.v, a.kv_f16, kv_row(a, j) * a.row_stride + d, mask), acc);
-    _mm512_mask_storeu_ps(a.out + d, mask, _mm512_div_ps(acc, total));
+  return reduce(sum);
+}
+
+/// Heads h0 .. h0 + H - 1: out[h] = (sum over j of e_h[j] v_j) / total[h], the B blocks of every
+/// head's output accumulated together (H x B chains, each in increasing j).
+template <int B, int H>
+void attention_values(const AttentionArgs& a, std::size_t h0, const float* total, __mmask16 last) {
+  __m512 acc[H][B];
+  for (int h = 0; h < H; ++h)
+    for (int b = 0; b < B; ++b) acc[h][b] = _mm512_setzero_ps();
+  const float* e = a.scores + h0 * a.count;
+  for (std::size_t j = 0; j < a.count; ++j) {
+    const std::size_t row = kv_row(a, j) * a.row_stride;
+    for (int b = 0; b < B; ++b) {
+      const __m512 v =
+          load_kv(a.v, a.kv_f16, row + 16 * b, b == B - 1 ? last : static_cast<__mmask16>(0xffff));
+      for (int h = 0; h < H; ++h)
+        acc[h][b] = _mm512_fmadd_ps(_mm512_set1_ps(e[h * a.count + j]), v, acc[h][b]);
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    for (int b = 0; b < B; ++b)
+      _mm512_mask_storeu_ps(a.out + (h0 + h) * a.head_dim + 16 * b,
+                            b == B - 1 ? last : static_cast<__mmask16>(0xffff),
+                            _mm512_div_ps(acc[h][b], _mm512_set1_ps(total[h0 + h])));
+}
+
+/// head_dim in (16 (B - 1), 16 B]: the heads' scores, softmaxes, then their outputs in passes of
+/// H heads (H x B accumulators fit the 32 registers with room for the V block and the weights).
+template <int B>
+void attend_blocks(const AttentionArgs& a) {
+  constexpr int H = 24 / B > 8 ? 8 : (24 / B < 1 ? 1 : 24 / B);
+  const std::size_t tail = a.head_dim - 16 * (B - 1);
+  const __mmask16 last = tail >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(tail);
+  attention_scores<B>(a, last);
+  float total[64];  // the heads of one call (attend_avx512 splits larger groups)
+  for (std::size_t h = 0; h < a.heads; ++h)
+    total[h] = attention_softmax(a.scores + h * a.count, a.count);
+  std::size_t h = 0;
+  for (; h + H <= a.heads; h += H) attention_values<B, H>(a, h, total, last);
+  for (; h < a.heads; ++h) attention_values<B, 1>(a, h, total, last);
+}
+
+}  // namespace
+
+void attend_avx512(const AttentionArgs& a) {
+  constexpr std::size_t max_heads = 64;  // attend_blocks' totals
+  if (a.heads > max_heads) {
+    for (std::size_t h0 = 0; h0 < a.heads; h0 += max_heads) {
+      AttentionArgs part = a;
+      part.heads = a.heads - h0 < max_heads ? a.heads - h0 : max_heads;
+      part.q += h0 * a.head_dim;
+      part.out += h0 * a.head_dim;
+      part.scores += h0 * a.count;
+      attend_avx512(part);
+    }
+    return;
+  }
+  const std::size_t blocks = (a.head_dim + 15) / 16;
+  switch (blocks) {
+    case 1:
+      return attend_blocks<1>(a);
+    case 2:
+      return attend_blocks<2>(a);
+    case 3:
+      return attend_blocks<3>(a);
+    case 4:
+      return attend_blocks<4>(a);
+    case 5:
+      return attend_blocks<5>(a);
+    case 6:
+      return attend_blocks<6>(a);
+    case 7:
+      return attend_blocks<7>(a);
+    case 8:
+      return attend_blocks<8>(a);
+    case 9:
+      return attend_blocks<9>(a);
+    case 10:
+      return attend_blocks<10>(a);
+    case 11:
+      return attend_blocks<11>(a);
+    case 12:
+      return attend_blocks<12>(a);
+    case 13:
+      return attend_blocks<13>(a);
+    case 14:
+      return attend_blocks<14>(a);
+    case 15:
+      return attend_blocks<15>(a);
+    case 16:
+      return attend_blocks<16>(a);
+    default:
+      break;
+  }
+  // head_dim > 256: one head at a time, one block of dimensions at a time.
+  for (std::size_t h = 0; h < a.heads; ++h) {
+    const float* q = a.q + h * a.head_dim;
+    float* scores = a.scores + h * a.count;
+    for (std::size_t j = 0; j < a.count; ++j) {
+      const std::size_t row = kv_row(a, j) * a.row_stride;
+      const void* k = a.kv_f16
+                          ? static_cast<const void*>(static_cast<const std::uint16_t*>(a.k) + row)
+                          : static_cast<const void*>(static_cast<const float*>(a.k) + row);
+      scores[j] = dot16(q, k, a.kv_f16, a.head_dim) * a.scale;
+    }
+    const __m512 total = _mm512_set1_ps(attention_softmax(scores, a.count));
+    float* out = a.out + h * a.head_dim;
+    for (std::size_t d = 0; d < a.head_dim; d += 16) {
+      const __mmask16 mask =
+          a.head_dim - d >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(a.head_dim - d);
+      __m512 acc = _mm512_setzero_ps();
+      for (std::size_t j = 0; j < a.count; ++j)
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(scores[j]),
+                              load_kv(a.v, a.kv_f16, kv_row(a, j) * a.row_stride + d, mask), acc);
+      _mm512_mask_storeu_ps(out + d, mask, _mm512_div_ps(acc, total));
+    }
   }
 }
 

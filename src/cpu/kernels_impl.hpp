@@ -381,7 +381,8 @@ void pack_bf16_rows_avx512(const float* x, std::size_t n, std::size_t ldx, std::
 /// Requests AMX tile data permission for the process (Linux arch_prctl); true when granted.
 bool amx_request_permission();
 
-/// Attention of one query head (kernels.hpp: attend).
+/// Attention (kernels.hpp: attend): portable and AVX2 of one query head (a.heads is not read),
+/// AVX-512 of all a.heads at once.
 void attend_portable(const AttentionArgs& a);
 void attend_avx2(const AttentionArgs& a);
 void attend_avx512(const AttentionArgs& a);

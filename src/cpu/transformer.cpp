@@ -111,8 +111,12 @@ MemoryEstimate Transformer::estimate_memory(const ModelConfig& c, const Options&
   kv = checked_mul(kv, e.context_length, "KV cache size");
   kv = checked_mul(kv, c.head_dim, "KV cache size");
   e.kv_cache_bytes = checked_mul(kv, element, "KV cache size");
+  // Per thread: the scores of one group of query heads (those sharing a K/V head) + one head.
+  const std::size_t group = c.n_kv_heads != 0 ? c.n_heads / c.n_kv_heads : 1;
   e.scratch_bytes =
-      checked_mul(e.threads, checked_mul(e.context_length + c.head_dim, sizeof(float), "scratch"),
+      checked_mul(e.threads,
+                  checked_mul(checked_mul(group, e.context_length, "scratch") + c.head_dim,
+                              sizeof(float), "scratch"),
                   "attention scratch size");
   if (e.kv_cache_bytes + e.scratch_bytes < e.kv_cache_bytes)
     throw Error("cpu::Transformer: the memory estimate overflows");
@@ -209,7 +213,7 @@ struct Transformer::State {
   std::vector<std::int32_t> tree_parents;             // extend_tree's whole tree, being built
   std::array<PackedInput, input_format_count> packs;  // the current input, per InputFormat
   std::vector<std::vector<float>>
-      scratch;  // per thread: attention scores [context] + head [head_dim]
+      scratch;  // per thread: attention scores [heads per K/V head][context] + [head_dim]
 
   // Whether the current step hands tasks to the pool's workers, chosen per kind of step from
   // measured times (ParallelismChooser): steps of 1, 2-4, 5-8 and 9-16 tokens. Longer steps
@@ -363,7 +367,7 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
     else
       s.kv_f32 = std::make_unique_for_overwrite<float[]>(kv_elements);
     s.scratch.resize(s.pool->size());
-    for (auto& v : s.scratch) v.resize(context_length_ + c.head_dim);
+    for (auto& v : s.scratch) v.resize(c.n_heads / c.n_kv_heads * context_length_ + c.head_dim);
   } catch (const std::bad_alloc&) {
     throw Error(fmt::format(
         "cpu::Transformer: cannot allocate {} for a context of {} positions: set a shorter "
@@ -763,12 +767,19 @@ void Transformer::step(std::span<const Segment> segments) {
           std::copy(h, h + hd, kv.kv_f32.get() + at);
       }
     });
-    // Attention: one task per (token, query head), over the token's own sequence's cache.
+    // Attention: one task per (token, K/V head, part of its query heads), over the token's own
+    // sequence's cache. The query heads of a K/V head go together (the kernel converts each
+    // cached row once for all of them), split into parts only as far as the threads need tasks.
     const std::size_t group = c.n_heads / c.n_kv_heads;
-    run(n * c.n_heads, [&](std::size_t task, std::size_t thread) {
-      const std::size_t t = task / c.n_heads, head = task % c.n_heads, kv_head = head / group;
+    const std::size_t wanted = (s.pool->size() + n * c.n_kv_heads - 1) / (n * c.n_kv_heads);
+    const std::size_t part = (group + std::min(group, wanted) - 1) / std::min(group, wanted);
+    const std::size_t parts = (group + part - 1) / part;  // per K/V head, `part` heads each
+    run(n * c.n_kv_heads * parts, [&](std::size_t task, std::size_t thread) {
+      const std::size_t t = task / (c.n_kv_heads * parts), kv_head = task / parts % c.n_kv_heads;
+      const std::size_t head = kv_head * group + task % parts * part;
       State& kv = kv_of(t);
       AttentionArgs args;
+      args.heads = std::min(part, (kv_head + 1) * group - head);
       args.q = s.q.data() + t * q_dim + head * hd;
       const std::size_t k_at = kv.kv_offset(li, false, kv_head, 0, hd),
                         v_at = kv.kv_offset(li, true, kv_head, 0, hd);

@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -637,20 +638,27 @@ TEST_CASE("AMX activation tiles hold exactly the portable bf16 conversions", "[c
 
 TEST_CASE("attention: every Isa bitwise equal to portable and close to a double reference",
           "[cpu][kernels]") {
+  // head_dim: a multiple of 16 or not, the kernels' register blocks (up to 16 blocks of 16) and
+  // beyond; heads: one, or a group sharing the K/V rows (the AVX-512 kernel's passes of H heads
+  // and their remainders).
+  constexpr std::size_t kHeads = 7;
   for (bool f16 : {false, true}) {
-    for (std::size_t head_dim : {16, 24, 64, 80}) {
+    for (std::size_t head_dim : {16, 24, 64, 80, 128, 256, 272}) {
       for (std::size_t count : {1, 7, 16, 33}) {
         const std::size_t stride = head_dim + 8;  // rows further apart than one head, like a cache
-        const std::vector<float> q = normal_floats(head_dim, 1),
+        const std::vector<float> queries = normal_floats(kHeads * head_dim, 1),
                                  kf = normal_floats(count * stride, 2),
                                  vf = normal_floats(count * stride, 3);
+        const std::span<const float> q(queries.data(), head_dim);  // head 0
         std::vector<std::uint16_t> k16(kf.size()), v16(vf.size());
         cpu::f32_to_f16_row(Isa::portable, kf.data(), k16.data(), kf.size());
         cpu::f32_to_f16_row(Isa::portable, vf.data(), v16.data(), vf.size());
-        auto run = [&](Isa isa) {
-          std::vector<float> scores(count), out(head_dim);
+        // Heads [h0, h0 + heads) in one call: their outputs, one after the other.
+        auto run_heads = [&](Isa isa, std::size_t h0, std::size_t heads) {
+          std::vector<float> scores(heads * count), out(heads * head_dim);
           cpu::AttentionArgs a;
-          a.q = q.data();
+          a.heads = heads;
+          a.q = queries.data() + h0 * head_dim;
           a.k = f16 ? static_cast<const void*>(k16.data()) : kf.data();
           a.v = f16 ? static_cast<const void*>(v16.data()) : vf.data();
           a.kv_f16 = f16;
@@ -663,6 +671,7 @@ TEST_CASE("attention: every Isa bitwise equal to portable and close to a double 
           cpu::attend(isa, a);
           return out;
         };
+        auto run = [&](Isa isa) { return run_heads(isa, 0, 1); };
         const std::vector<float> reference = run(Isa::portable);
         // double-precision softmax attention over the same (possibly f16-rounded) values
         std::vector<double> s(count), expected(head_dim, 0.0);
@@ -682,9 +691,22 @@ TEST_CASE("attention: every Isa bitwise equal to portable and close to a double 
         INFO("f16 " << f16 << " head_dim " << head_dim << " count " << count);
         for (std::size_t d = 0; d < head_dim; ++d)
           REQUIRE(std::fabs(reference[d] - expected[d]) <= 1e-5);
+        // Every head alone on the portable path, then each Isa on groups of 1 .. kHeads heads.
+        std::vector<float> alone;
+        for (std::size_t h = 0; h < kHeads; ++h) {
+          const std::vector<float> one = run_heads(Isa::portable, h, 1);
+          alone.insert(alone.end(), one.begin(), one.end());
+        }
         for (Isa isa : supported_isas()) {
           INFO(cpu::isa_name(isa));
           CHECK(bitwise_equal(run(isa), reference));
+          for (std::size_t heads = 1; heads <= kHeads; ++heads) {
+            INFO("heads " << heads);
+            const std::vector<float> group = run_heads(isa, kHeads - heads, heads);
+            CHECK(bitwise_equal(group, std::vector<float>(alone.end() - static_cast<std::ptrdiff_t>(
+                                                                            heads * head_dim),
+                                                          alone.end())));
+          }
         }
       }
     }

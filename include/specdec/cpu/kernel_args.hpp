@@ -7,9 +7,12 @@
 
 namespace specdec::cpu {
 
-/// One query head's attention over `count` cached positions.
+/// The attention of `heads` query heads that share one K/V head (grouped-query attention) over
+/// `count` cached positions. Each head's result is that of attending alone (kernels.hpp, attend);
+/// the heads come together so that each K and V row is read and converted once for all of them.
 struct AttentionArgs {
-  const float* q = nullptr;  ///< [head_dim]
+  std::size_t heads = 1;     ///< query heads
+  const float* q = nullptr;  ///< [heads][head_dim]
   const void* k = nullptr;   ///< `count` rows of head_dim elements, row_stride elements apart
   const void* v = nullptr;   ///< same layout as k
   bool kv_f16 = false;       ///< k and v hold f16 (uint16) instead of f32
@@ -17,8 +20,8 @@ struct AttentionArgs {
   std::size_t head_dim = 0;
   std::size_t row_stride = 0;  ///< elements from one position to the next
   float scale = 1.0f;          ///< multiplies q . k (usually 1 / sqrt(head_dim))
-  float* scores = nullptr;     ///< scratch of `count` floats
-  float* out = nullptr;        ///< [head_dim]; may not alias q
+  float* scores = nullptr;     ///< scratch [heads][count]
+  float* out = nullptr;        ///< [heads][head_dim]; may not alias q
   /// A token tree (Transformer::forward_tree): positions j >= first_listed read the cache row
   /// listed[j - first_listed] instead of row j, because a node's ancestors are scattered over
   /// the tree's slots while the prefix before the tree is contiguous. The reductions still run

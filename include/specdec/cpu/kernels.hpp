@@ -276,7 +276,8 @@ void swiglu(Isa isa, const float* gate, const float* up, float* out, std::size_t
 float sum_squares(Isa isa, const float* x, std::size_t count);
 /// Rounds a row to f16 (KV cache), nearest even.
 void f32_to_f16_row(Isa isa, const float* in, std::uint16_t* out, std::size_t count);
-/// One query head's attention over cached positions, bitwise the same on every Isa:
+/// Attention of each of args.heads query heads over cached positions, bitwise the same on every
+/// Isa and whatever the number of heads in the call:
 /// s_j = dot(q, k_j) (canonical order) * scale; e_j = exp_f32(s_j - max s); sum = e summed in 16
 /// lanes (lane l takes j = l, l + 16, ...) and the fixed tree; out[d] = (e_0 v_0[d] + e_1 v_1[d] +
 /// ...) in increasing j as fused multiply-adds, then / sum.
