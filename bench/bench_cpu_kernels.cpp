@@ -2,7 +2,8 @@
 // that fits in L2 (so the numbers show the compute side of each kernel, not the memory system),
 // BM_matmul_stream on one of about 768 MB, more than the last-level cache (the memory side: what
 // one core streams, and whether the work for n tokens hides behind it), BM_read_stream the plain
-// read of as many bytes (its roofline), BM_vpdpbusd_peak the AVX512-VNNI multiply-add peak:
+// read of as many bytes (its roofline), BM_vpdpbusd_peak the AVX512-VNNI multiply-add peak,
+// BM_attention one token's attention for a group of query heads:
 //   specdec_bench_cpu_kernels --benchmark_filter='BM_matmul/11/'
 // Arguments: dtype (its index in the DType enum: 0 f32, 1 f16, 2 bf16, 3 q4_0, 4 q4_1, 5 q5_0,
 // 6 q5_1, 7 q8_0, 8 q2_k, 9 q3_k, 10 q4_k, 11 q5_k, 12 q6_k, 13 iq4_nl, 14 iq4_xs), tokens n,
@@ -172,6 +173,50 @@ void BM_pack(benchmark::State& state) {
   state.SetLabel(dtype_name(dtype));
 }
 
+/// The attention of one token's query heads that share a K/V head (grouped-query attention),
+/// the Qwen2.5 shape: head_dim 128, an f16 cache (it stays in L2 up to a few thousand positions).
+/// Arguments: Isa, query heads per K/V head, positions attended to, and the calls: 0 one call per
+/// head (AttentionArgs::heads = 1), 1 one call for the group. Counter: positions x heads per
+/// second.
+void BM_attention(benchmark::State& state) {
+  const auto isa = static_cast<Isa>(state.range(0));
+  const auto heads = static_cast<std::size_t>(state.range(1));
+  const auto count = static_cast<std::size_t>(state.range(2));
+  const bool grouped = state.range(3) != 0;
+  if (!cpu::isa_supported(isa)) {
+    state.SkipWithError("Isa not supported here");
+    return;
+  }
+  constexpr std::size_t head_dim = 128;
+  std::vector<float> q(heads * head_dim), out(heads * head_dim), scores(heads * count);
+  std::vector<std::uint16_t> k(count * head_dim), v(count * head_dim);
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(i % 17) * 0.01f - 0.08f;
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    k[i] = fp32_to_fp16(static_cast<float>(i % 13) * 0.02f - 0.12f);
+    v[i] = fp32_to_fp16(static_cast<float>(i % 11) * 0.03f - 0.15f);
+  }
+  cpu::AttentionArgs a;
+  a.k = k.data();
+  a.v = v.data();
+  a.kv_f16 = true;
+  a.count = count;
+  a.head_dim = head_dim;
+  a.row_stride = head_dim;
+  a.scale = 0.088f;
+  for (auto _ : state) {
+    for (std::size_t h = 0; h < heads; h += grouped ? heads : 1) {
+      a.heads = grouped ? heads : 1;
+      a.q = q.data() + h * head_dim;
+      a.out = out.data() + h * head_dim;
+      a.scores = scores.data() + h * count;
+      cpu::attend(isa, a);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["positions x heads/s"] = benchmark::Counter(
+      static_cast<double>(count * heads), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 /// Every DType's index.
 std::vector<std::int64_t> all_dtype_indices() {
   std::vector<std::int64_t> v;
@@ -194,6 +239,12 @@ BENCHMARK(BM_matmul_stream)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_read_stream)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_vpdpbusd_peak)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_attention)
+    ->ArgsProduct({{static_cast<int>(Isa::avx2), static_cast<int>(Isa::avx512)},
+                   {1, 6, 7},
+                   {32, 300, 1000, 4000},
+                   {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_pack)->ArgsProduct({{0, 2, 7, 10}, {1, 16}})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

@@ -696,17 +696,20 @@ void f32_to_f16_row(Isa isa, const float* in, std::uint16_t* out, std::size_t co
 }
 
 void attend(Isa isa, const AttentionArgs& args) {
-  if (isa == Isa::avx512 || isa == Isa::amx) return detail::attend_avx512(args);
-  for (std::size_t h = 0; h < args.heads; ++h) {
-    AttentionArgs one = args;
-    one.heads = 1;
-    one.q += h * args.head_dim;
-    one.out += h * args.head_dim;
-    one.scores += h * args.count;
-    if (isa == Isa::avx2)
-      detail::attend_avx2(one);
+  // The vector kernels take up to kMaxAttentionHeads heads a call, the portable one one.
+  const std::size_t step = isa == Isa::portable ? 1 : detail::kMaxAttentionHeads;
+  for (std::size_t h0 = 0; h0 < args.heads; h0 += step) {
+    AttentionArgs part = args;
+    part.heads = std::min(step, args.heads - h0);
+    part.q += h0 * args.head_dim;
+    part.out += h0 * args.head_dim;
+    part.scores += h0 * args.count;
+    if (isa == Isa::avx512 || isa == Isa::amx)
+      detail::attend_avx512(part);
+    else if (isa == Isa::avx2)
+      detail::attend_avx2(part);
     else
-      detail::attend_portable(one);
+      detail::attend_portable(part);
   }
 }
 

@@ -185,21 +185,32 @@ void fma_matmul_avx2(const FmaArgs& a) {
   }
 }
 
-void attend_avx2(const AttentionArgs& a) {
+namespace {
+
+// ---- attention ----------------------------------------------------------------------------------
+//
+// The heads of a call share the K/V rows (AttentionArgs::heads). Scores and softmax go one head
+// at a time; the V sums of several heads and blocks of 8 dimensions advance together, H x C
+// independent chains of fused multiply-adds, each still in increasing position (one block of one
+// head at a time was a single dependent chain, bound by the instruction's latency). A head's
+// arithmetic is attend_portable's, operation for operation.
+
+/// One head's scores, overwritten by their softmax numerators; returns their sum.
+float attention_softmax(const AttentionArgs& a, const float* q, float* scores) {
   for (std::size_t j = 0; j < a.count; ++j) {
     const std::size_t row = kv_row(a, j) * a.row_stride;
     const void* k = a.kv_f16
                         ? static_cast<const void*>(static_cast<const std::uint16_t*>(a.k) + row)
                         : static_cast<const void*>(static_cast<const float*>(a.k) + row);
-    a.scores[j] = dot16(a.q, k, a.kv_f16, a.head_dim) * a.scale;
+    scores[j] = dot16(q, k, a.kv_f16, a.head_dim) * a.scale;
   }
-  float max = a.scores[0];
-  for (std::size_t j = 1; j < a.count; ++j) max = a.scores[j] > max ? a.scores[j] : max;
+  float max = scores[0];
+  for (std::size_t j = 1; j < a.count; ++j) max = scores[j] > max ? scores[j] : max;
   const __m256 shift = _mm256_set1_ps(max);
   Acc16 sum{_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (std::size_t j = 0; j < a.count; j += 16) {
     __m256 slo, shi;
-    load16_padded(a.scores, false, j, a.count, slo, shi);
+    load16_padded(scores, false, j, a.count, slo, shi);
     const __m256 elo = exp8(_mm256_sub_ps(slo, shift)), ehi = exp8(_mm256_sub_ps(shi, shift));
     alignas(32) float e[16];
     _mm256_store_ps(e, elo);
@@ -209,34 +220,86 @@ void attend_avx2(const AttentionArgs& a) {
       if (l >= valid)
         e[l] = 0.0f;  // lanes past the end add 0
       else
-        a.scores[j + l] = e[l];
+        scores[j + l] = e[l];
     }
     sum.lo = _mm256_add_ps(sum.lo, _mm256_load_ps(e));
     sum.hi = _mm256_add_ps(sum.hi, _mm256_load_ps(e + 8));
   }
-  const __m256 total = _mm256_set1_ps(reduce(sum));
-  for (std::size_t d = 0; d < a.head_dim; d += 8) {
-    const bool whole = a.head_dim - d >= 8;
+  return reduce(sum);
+}
+
+/// Heads h0 .. h0 + H - 1, dimensions d0 .. d0 + 8 C - 1 (whole blocks of 8): out = the
+/// numerator-weighted sum of the V rows / total.
+template <int C, int H>
+void attention_values(const AttentionArgs& a, std::size_t h0, std::size_t d0, const float* total) {
+  __m256 acc[H][C];
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
+  const float* e = a.scores + h0 * a.count;
+  for (std::size_t j = 0; j < a.count; ++j) {
+    const std::size_t off = kv_row(a, j) * a.row_stride + d0;
+    for (int c = 0; c < C; ++c) {
+      const __m256 v = a.kv_f16 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                                      static_cast<const std::uint16_t*>(a.v) + off + 8 * c)))
+                                : _mm256_loadu_ps(static_cast<const float*>(a.v) + off + 8 * c);
+      for (int h = 0; h < H; ++h)
+        acc[h][c] = _mm256_fmadd_ps(_mm256_set1_ps(e[h * a.count + j]), v, acc[h][c]);
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < C; ++c)
+      _mm256_storeu_ps(a.out + (h0 + h) * a.head_dim + d0 + 8 * c,
+                       _mm256_div_ps(acc[h][c], _mm256_set1_ps(total[h0 + h])));
+}
+
+/// attention_values over the heads in passes of 3 (12 accumulators of the 16 registers).
+template <int C>
+void attention_values_heads(const AttentionArgs& a, std::size_t d0, const float* total) {
+  std::size_t h = 0;
+  for (; h + 3 <= a.heads; h += 3) attention_values<C, 3>(a, h, d0, total);
+  for (; h < a.heads; ++h) attention_values<C, 1>(a, h, d0, total);
+}
+
+}  // namespace
+
+void attend_avx2(const AttentionArgs& a) {
+  float total[kMaxAttentionHeads];
+  for (std::size_t h = 0; h < a.heads; ++h)
+    total[h] = attention_softmax(a, a.q + h * a.head_dim, a.scores + h * a.count);
+  // Whole blocks of 8 dimensions, four at a time, then the rest.
+  const std::size_t whole = a.head_dim / 8;
+  std::size_t b = 0;
+  for (; b + 4 <= whole; b += 4) attention_values_heads<4>(a, 8 * b, total);
+  switch (whole - b) {
+    case 3:
+      attention_values_heads<3>(a, 8 * b, total);
+      break;
+    case 2:
+      attention_values_heads<2>(a, 8 * b, total);
+      break;
+    case 1:
+      attention_values_heads<1>(a, 8 * b, total);
+      break;
+    default:
+      break;
+  }
+  const std::size_t d = 8 * whole;
+  if (d == a.head_dim) return;
+  // The last d < 8 dimensions, per head, through a zero-padded block.
+  for (std::size_t h = 0; h < a.heads; ++h) {
+    const float* e = a.scores + h * a.count;
     __m256 acc = _mm256_setzero_ps();
     for (std::size_t j = 0; j < a.count; ++j) {
-      __m256 v;
       const std::size_t off = kv_row(a, j) * a.row_stride + d;
-      if (whole) {
-        v = a.kv_f16 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
-                           static_cast<const std::uint16_t*>(a.v) + off)))
-                     : _mm256_loadu_ps(static_cast<const float*>(a.v) + off);
-      } else {
-        alignas(32) float buf[8] = {};
-        for (std::size_t l = 0; d + l < a.head_dim; ++l)
-          buf[l] = a.kv_f16 ? _cvtsh_ss(static_cast<const std::uint16_t*>(a.v)[off + l])
-                            : static_cast<const float*>(a.v)[off + l];
-        v = _mm256_load_ps(buf);
-      }
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(a.scores[j]), v, acc);
+      alignas(32) float buf[8] = {};
+      for (std::size_t l = 0; d + l < a.head_dim; ++l)
+        buf[l] = a.kv_f16 ? _cvtsh_ss(static_cast<const std::uint16_t*>(a.v)[off + l])
+                          : static_cast<const float*>(a.v)[off + l];
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(e[j]), _mm256_load_ps(buf), acc);
     }
     alignas(32) float res[8];
-    _mm256_store_ps(res, _mm256_div_ps(acc, total));
-    for (std::size_t l = 0; l < 8 && d + l < a.head_dim; ++l) a.out[d + l] = res[l];
+    _mm256_store_ps(res, _mm256_div_ps(acc, _mm256_set1_ps(total[h])));
+    for (std::size_t l = 0; d + l < a.head_dim; ++l) a.out[h * a.head_dim + d + l] = res[l];
   }
 }
 

@@ -243,7 +243,7 @@ void attend_blocks(const AttentionArgs& a) {
   const std::size_t tail = a.head_dim - 16 * (B - 1);
   const __mmask16 last = tail >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(tail);
   attention_scores<B>(a, last);
-  float total[64];  // the heads of one call (attend_avx512 splits larger groups)
+  float total[kMaxAttentionHeads];
   for (std::size_t h = 0; h < a.heads; ++h)
     total[h] = attention_softmax(a.scores + h * a.count, a.count);
   std::size_t h = 0;
@@ -254,18 +254,6 @@ void attend_blocks(const AttentionArgs& a) {
 }  // namespace
 
 void attend_avx512(const AttentionArgs& a) {
-  constexpr std::size_t max_heads = 64;  // attend_blocks' totals
-  if (a.heads > max_heads) {
-    for (std::size_t h0 = 0; h0 < a.heads; h0 += max_heads) {
-      AttentionArgs part = a;
-      part.heads = a.heads - h0 < max_heads ? a.heads - h0 : max_heads;
-      part.q += h0 * a.head_dim;
-      part.out += h0 * a.head_dim;
-      part.scores += h0 * a.count;
-      attend_avx512(part);
-    }
-    return;
-  }
   const std::size_t blocks = (a.head_dim + 15) / 16;
   switch (blocks) {
     case 1:

@@ -381,8 +381,9 @@ void pack_bf16_rows_avx512(const float* x, std::size_t n, std::size_t ldx, std::
 /// Requests AMX tile data permission for the process (Linux arch_prctl); true when granted.
 bool amx_request_permission();
 
-/// Attention (kernels.hpp: attend): portable and AVX2 of one query head (a.heads is not read),
-/// AVX-512 of all a.heads at once.
+/// Attention (kernels.hpp: attend): portable of one query head (a.heads is not read), the vector
+/// kernels of a.heads <= kMaxAttentionHeads heads at once (their totals live on the stack).
+inline constexpr std::size_t kMaxAttentionHeads = 64;
 void attend_portable(const AttentionArgs& a);
 void attend_avx2(const AttentionArgs& a);
 void attend_avx512(const AttentionArgs& a);
