@@ -771,8 +771,10 @@ void Transformer::step(std::span<const Segment> segments) {
     // sequence's cache. The query heads of a K/V head go together (the kernel converts each
     // cached row once for all of them), split into parts only as far as the threads need tasks.
     const std::size_t group = c.n_heads / c.n_kv_heads;
-    const std::size_t wanted = (s.pool->size() + n * c.n_kv_heads - 1) / (n * c.n_kv_heads);
-    const std::size_t part = (group + std::min(group, wanted) - 1) / std::min(group, wanted);
+    const std::size_t tasks = std::max<std::size_t>(n * c.n_kv_heads, 1);  // before any split
+    const std::size_t splits = std::clamp<std::size_t>((s.pool->size() + tasks - 1) / tasks, 1,
+                                                       std::max<std::size_t>(group, 1));
+    const std::size_t part = std::max<std::size_t>((group + splits - 1) / splits, 1);
     const std::size_t parts = (group + part - 1) / part;  // per K/V head, `part` heads each
     run(n * c.n_kv_heads * parts, [&](std::size_t task, std::size_t thread) {
       const std::size_t t = task / (c.n_kv_heads * parts), kv_head = task / parts % c.n_kv_heads;
