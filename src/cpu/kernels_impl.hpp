@@ -62,37 +62,47 @@ void fma_matmul_avx512(const FmaArgs& a);
 /// kernels' loads.
 namespace block_layout {
 using namespace specdec::quant;
-inline constexpr std::size_t q8_0_bytes = sizeof(BlockQ8_0), q8_0_qs = offsetof(BlockQ8_0, qs);
-inline constexpr std::size_t q4_0_bytes = sizeof(BlockQ4_0), q4_0_qs = offsetof(BlockQ4_0, qs);
-inline constexpr std::size_t q4_1_bytes = sizeof(BlockQ4_1), q4_1_m = offsetof(BlockQ4_1, m),
-                             q4_1_qs = offsetof(BlockQ4_1, qs);
-inline constexpr std::size_t q5_0_bytes = sizeof(BlockQ5_0), q5_0_qh = offsetof(BlockQ5_0, qh),
-                             q5_0_qs = offsetof(BlockQ5_0, qs);
-inline constexpr std::size_t q5_1_bytes = sizeof(BlockQ5_1), q5_1_m = offsetof(BlockQ5_1, m),
-                             q5_1_qh = offsetof(BlockQ5_1, qh), q5_1_qs = offsetof(BlockQ5_1, qs);
-inline constexpr std::size_t iq4_nl_bytes = sizeof(BlockIQ4NL),
+inline constexpr std::size_t q8_0_bytes = sizeof(BlockQ8_0), q8_0_d = offsetof(BlockQ8_0, d),
+                             q8_0_qs = offsetof(BlockQ8_0, qs);
+inline constexpr std::size_t q4_0_bytes = sizeof(BlockQ4_0), q4_0_d = offsetof(BlockQ4_0, d),
+                             q4_0_qs = offsetof(BlockQ4_0, qs);
+inline constexpr std::size_t q4_1_bytes = sizeof(BlockQ4_1), q4_1_d = offsetof(BlockQ4_1, d),
+                             q4_1_m = offsetof(BlockQ4_1, m), q4_1_qs = offsetof(BlockQ4_1, qs);
+inline constexpr std::size_t q5_0_bytes = sizeof(BlockQ5_0), q5_0_d = offsetof(BlockQ5_0, d),
+                             q5_0_qh = offsetof(BlockQ5_0, qh), q5_0_qs = offsetof(BlockQ5_0, qs);
+inline constexpr std::size_t q5_1_bytes = sizeof(BlockQ5_1), q5_1_d = offsetof(BlockQ5_1, d),
+                             q5_1_m = offsetof(BlockQ5_1, m), q5_1_qh = offsetof(BlockQ5_1, qh),
+                             q5_1_qs = offsetof(BlockQ5_1, qs);
+inline constexpr std::size_t iq4_nl_bytes = sizeof(BlockIQ4NL), iq4_nl_d = offsetof(BlockIQ4NL, d),
                              iq4_nl_qs = offsetof(BlockIQ4NL, qs);
 inline constexpr std::size_t q2_k_bytes = sizeof(BlockQ2_K),
                              q2_k_scales = offsetof(BlockQ2_K, scales),
-                             q2_k_qs = offsetof(BlockQ2_K, qs), q2_k_d = offsetof(BlockQ2_K, d);
+                             q2_k_qs = offsetof(BlockQ2_K, qs), q2_k_d = offsetof(BlockQ2_K, d),
+                             q2_k_dmin = offsetof(BlockQ2_K, dmin);
 inline constexpr std::size_t q3_k_bytes = sizeof(BlockQ3_K),
                              q3_k_hmask = offsetof(BlockQ3_K, hmask),
                              q3_k_qs = offsetof(BlockQ3_K, qs),
                              q3_k_scales = offsetof(BlockQ3_K, scales),
                              q3_k_d = offsetof(BlockQ3_K, d);
-inline constexpr std::size_t q4_k_bytes = sizeof(BlockQ4_K),
+inline constexpr std::size_t q4_k_bytes = sizeof(BlockQ4_K), q4_k_d = offsetof(BlockQ4_K, d),
+                             q4_k_dmin = offsetof(BlockQ4_K, dmin),
                              q4_k_scales = offsetof(BlockQ4_K, scales),
                              q4_k_qs = offsetof(BlockQ4_K, qs);
-inline constexpr std::size_t q5_k_bytes = sizeof(BlockQ5_K),
+inline constexpr std::size_t q5_k_bytes = sizeof(BlockQ5_K), q5_k_d = offsetof(BlockQ5_K, d),
+                             q5_k_dmin = offsetof(BlockQ5_K, dmin),
                              q5_k_scales = offsetof(BlockQ5_K, scales),
                              q5_k_qh = offsetof(BlockQ5_K, qh), q5_k_qs = offsetof(BlockQ5_K, qs);
 inline constexpr std::size_t q6_k_bytes = sizeof(BlockQ6_K), q6_k_qh = offsetof(BlockQ6_K, qh),
                              q6_k_scales = offsetof(BlockQ6_K, scales),
                              q6_k_d = offsetof(BlockQ6_K, d);
-inline constexpr std::size_t iq4_xs_bytes = sizeof(BlockIQ4XS),
+inline constexpr std::size_t iq4_xs_bytes = sizeof(BlockIQ4XS), iq4_xs_d = offsetof(BlockIQ4XS, d),
                              iq4_xs_scales_h = offsetof(BlockIQ4XS, scales_h),
                              iq4_xs_scales_l = offsetof(BlockIQ4XS, scales_l),
                              iq4_xs_qs = offsetof(BlockIQ4XS, qs);
+// The kernels read d and the 16-bit field after it (m, dmin, scales_h) as one dword: "head".
+static_assert(q4_1_m == q4_1_d + 2 && q5_1_m == q5_1_d + 2 && q2_k_dmin == q2_k_d + 2 &&
+              q4_k_dmin == q4_k_d + 2 && q5_k_dmin == q5_k_d + 2 &&
+              iq4_xs_scales_h == iq4_xs_d + 2);
 }  // namespace block_layout
 
 /// The repacked layout of these types for the AVX512-VNNI kernel (MatrixRef::layout

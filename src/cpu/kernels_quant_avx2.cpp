@@ -80,9 +80,13 @@ inline __m256i transpose_add8(const __m256i v[8]) {
 /// Block b of the row at `block` as 32 weights (unsigned; signed Q8_0 and IQ4_NL values), d, m.
 template <DType Q>
 inline __m256i unpack32(const std::byte* block, float& d, float& m) {
+  // d comes first in each of these blocks (q8_0_d = q4_0_d = ... = 0).
+  static_assert(q8_0_d == 0 && q4_0_d == 0 && q4_1_d == 0 && q5_0_d == 0 && q5_1_d == 0 &&
+                iq4_nl_d == 0);
   d = half_to_float(block);
   if constexpr (Q == DType::q8_0) return load256(block + q8_0_qs);
-  if constexpr (Q == DType::q4_1 || Q == DType::q5_1) m = half_to_float(block + 2);
+  if constexpr (Q == DType::q4_1) m = half_to_float(block + q4_1_m);
+  if constexpr (Q == DType::q5_1) m = half_to_float(block + q5_1_m);
   if constexpr (Q == DType::q4_0) return nibbles32(load128(block + q4_0_qs));
   if constexpr (Q == DType::q4_1) return nibbles32(load128(block + q4_1_qs));
   if constexpr (Q == DType::q5_0)
@@ -200,7 +204,7 @@ inline void unpack_k<DType::q2_k>(const std::byte* p, RowK& o) {
   scales16(_mm_and_si128(scales, nib), o.s);
   o.zm = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scales, 4), nib));
   o.d = half_to_float(p + q2_k_d);
-  o.m = -half_to_float(p + q2_k_d + 2);
+  o.m = -half_to_float(p + q2_k_dmin);
   // Weight 128h + 32s + l: bits 2s of qs[32h + l].
   for (int h = 0; h < 2; ++h) {
     const __m256i q = load256(p + q2_k_qs + 32 * h);
@@ -249,8 +253,8 @@ inline void unpack_k<DType::q4_k>(const std::byte* p, RowK& o) {
   k_scales_mins(p, sc, mn);
   scales32(sc, o.s);
   o.zm = per16_from32(mn);  // mins are < 64: the signed widening keeps them
-  o.d = half_to_float(p);
-  o.m = -half_to_float(p + 2);
+  o.d = half_to_float(p + q4_k_d);
+  o.m = -half_to_float(p + q4_k_dmin);
   for (int c = 0; c < 4; ++c) {
     const __m256i q = load256(p + q4_k_qs + 32 * c);
     o.w[2 * c] = _mm256_and_si256(q, splat8(0x0f));
@@ -264,8 +268,8 @@ inline void unpack_k<DType::q5_k>(const std::byte* p, RowK& o) {
   k_scales_mins(p, sc, mn);
   scales32(sc, o.s);
   o.zm = per16_from32(mn);
-  o.d = half_to_float(p);
-  o.m = -half_to_float(p + 2);
+  o.d = half_to_float(p + q5_k_d);
+  o.m = -half_to_float(p + q5_k_dmin);
   // Sub-block j's fifth bit: bit j of qh[l].
   const __m256i qh = load256(p + q5_k_qh);
   for (int c = 0; c < 4; ++c) {
@@ -306,7 +310,7 @@ inline void unpack_k<DType::q6_k>(const std::byte* p, RowK& o) {
 
 template <>
 inline void unpack_k<DType::iq4_xs>(const std::byte* p, RowK& o) {
-  o.d = half_to_float(p);
+  o.d = half_to_float(p + iq4_xs_d);
   unsigned short high;
   unsigned low;
   __builtin_memcpy(&high, p + iq4_xs_scales_h, 2);

@@ -234,7 +234,7 @@ template <DType Q, class Src>
     // Signed bytes made unsigned: w ^ 0x80 = w + 128 as u8, exact for every int8 (-128 too).
     load8(rows, q8_0_qs, o.w);
     for (int k = 0; k < 8; ++k) o.w[k] = _mm512_xor_si512(o.w[k], splat8(0x80));
-    o.d = load_half<q8_0_bytes>(rows, 0);
+    o.d = load_half<q8_0_bytes>(rows, q8_0_d);
     return;
   }
   constexpr std::size_t qs = Q == DType::q4_0   ? q4_0_qs
@@ -249,11 +249,12 @@ template <DType Q, class Src>
     o.w[k + 4] = high_nibbles(packed[k]);  // weights 16 + 4k ..
   }
   if constexpr (Q == DType::q4_1 || Q == DType::q5_1) {
-    const __m512i head = load1(rows, 0);  // d | m << 16
+    const __m512i head = load1(rows, Q == DType::q4_1 ? q4_1_d : q5_1_d);  // d | m << 16
     o.d = half_lo(head);
     o.m = half_hi(head);
   } else {
-    o.d = load_half<quant_traits(Q).block_bytes>(rows, 0);
+    constexpr std::size_t d = Q == DType::q4_0 ? q4_0_d : Q == DType::q5_0 ? q5_0_d : iq4_nl_d;
+    o.d = load_half<quant_traits(Q).block_bytes>(rows, d);
   }
   if constexpr (Q == DType::q5_0) add_fifth_bits(load1(rows, q5_0_qh), o.w);
   if constexpr (Q == DType::q5_1) add_fifth_bits(load1(rows, q5_1_qh), o.w);
@@ -409,7 +410,8 @@ constexpr int unpack_shift(DType q) { return q == DType::q4_k ? 4 : 0; }
 template <class Src>
 inline void k_scales_mins(const Src& rows, BlockK& o) {
   __m512i h[4];  // d | dmin << 16, scales[0..3], scales[4..7], scales[8..11]
-  load4(rows, 0, h);
+  static_assert(q4_k_d == q5_k_d && q4_k_scales == q5_k_scales && q4_k_scales == q4_k_d + 4);
+  load4(rows, q4_k_d, h);
   o.d = half_lo(h[0]);
   o.m = _mm512_xor_ps(half_hi(h[0]), _mm512_set1_ps(-0.0f));
   // Bytes 0-3: sub-blocks 0-3, low 6 bits of scales[0..3] (mins: [4..7]); sub-blocks 4-7: the
@@ -439,7 +441,7 @@ requires(Q == DType::q2_k) inline void unpack_k(const Src& rows, BlockK& o) {
     o.sc[i] = _mm512_and_si512(byte_u32(s[i / 4], i % 4), _mm512_set1_epi32(0x0f));
   for (int i = 0; i < 8; ++i)
     o.zm[i] = _mm512_srli_epi16(bytes_u16_pair(s[i / 2], 2 * (i % 2), 2 * (i % 2) + 1), 4);
-  const __m512i head = load1(rows, q2_k_d);  // d | dmin << 16
+  const __m512i head = load1(rows, q2_k_d);  // d | dmin << 16 (block_layout's head)
   o.d = half_lo(head);
   o.m = _mm512_xor_ps(half_hi(head), _mm512_set1_ps(-0.0f));
   // Weight 128h + 32s + l: bits 2s of qs[32h + l].
@@ -559,7 +561,7 @@ requires(Q == DType::q6_k) inline void unpack_k(const Src& rows, BlockK& o) {
 
 template <DType Q, class Src>
 requires(Q == DType::iq4_xs) inline void unpack_k(const Src& rows, BlockK& o) {
-  const __m512i head = load1(rows, 0);  // d | scales_h << 16
+  const __m512i head = load1(rows, iq4_xs_d);  // d | scales_h << 16
   const __m512i low = load1(rows, iq4_xs_scales_l);
   o.d = half_lo(head);
   const __m512i high = _mm512_srli_epi32(head, 16);
