@@ -197,13 +197,8 @@ namespace {
 
 /// One head's scores, overwritten by their softmax numerators; returns their sum.
 float attention_softmax(const AttentionArgs& a, const float* q, float* scores) {
-  for (std::size_t j = 0; j < a.count; ++j) {
-    const std::size_t row = kv_row(a, j) * a.row_stride;
-    const void* k = a.kv_f16
-                        ? static_cast<const void*>(static_cast<const std::uint16_t*>(a.k) + row)
-                        : static_cast<const void*>(static_cast<const float*>(a.k) + row);
-    scores[j] = dot16(q, k, a.kv_f16, a.head_dim) * a.scale;
-  }
+  for (std::size_t j = 0; j < a.count; ++j)
+    scores[j] = dot16(q, kv_row_data(a, a.k, j), a.kv_f16, a.head_dim) * a.scale;
   float max = scores[0];
   for (std::size_t j = 1; j < a.count; ++j) max = scores[j] > max ? scores[j] : max;
   const __m256 shift = _mm256_set1_ps(max);

@@ -295,13 +295,8 @@ void attend_avx512(const AttentionArgs& a) {
   for (std::size_t h = 0; h < a.heads; ++h) {
     const float* q = a.q + h * a.head_dim;
     float* scores = a.scores + h * a.count;
-    for (std::size_t j = 0; j < a.count; ++j) {
-      const std::size_t row = kv_row(a, j) * a.row_stride;
-      const void* k = a.kv_f16
-                          ? static_cast<const void*>(static_cast<const std::uint16_t*>(a.k) + row)
-                          : static_cast<const void*>(static_cast<const float*>(a.k) + row);
-      scores[j] = dot16(q, k, a.kv_f16, a.head_dim) * a.scale;
-    }
+    for (std::size_t j = 0; j < a.count; ++j)
+      scores[j] = dot16(q, kv_row_data(a, a.k, j), a.kv_f16, a.head_dim) * a.scale;
     const __m512 total = _mm512_set1_ps(attention_softmax(scores, a.count));
     float* out = a.out + h * a.head_dim;
     for (std::size_t d = 0; d < a.head_dim; d += 16) {

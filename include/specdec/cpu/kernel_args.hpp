@@ -4,6 +4,7 @@
 // src/cpu/kernels_impl.hpp for why they avoid the standard library).
 
 #include <cstddef>
+#include <cstdint>
 
 namespace specdec::cpu {
 
@@ -34,6 +35,13 @@ struct AttentionArgs {
 /// The cache row that position j of `a` reads (see AttentionArgs::listed).
 inline std::size_t kv_row(const AttentionArgs& a, std::size_t j) {
   return a.listed == nullptr || j < a.first_listed ? j : a.listed[j - a.first_listed];
+}
+
+/// The first element of position j's row of `base` (a.k or a.v): f16 or f32 elements.
+inline const void* kv_row_data(const AttentionArgs& a, const void* base, std::size_t j) {
+  const std::size_t at = kv_row(a, j) * a.row_stride;
+  return a.kv_f16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(base) + at)
+                  : static_cast<const void*>(static_cast<const float*>(base) + at);
 }
 
 }  // namespace specdec::cpu
