@@ -20,10 +20,11 @@
 //     acceptance the draft's first step is fed two tokens), the difference being the round's
 //     overhead (sampling kernels, the one copy to the host, launches that the graphs do not
 //     hide); the same for plain decoding (AutoregressiveDecoder) against T(1);
-//   - token trees: for n = 2, 4, 8, 16 where --tokens has them, forward_tree of an n-node
-//     binary tree (node i's parent (i - 1) / 2: the widest tree of its depth) against the chain
-//     forward of n tokens, interleaved, and accept_path of its deepest path (the K/V rows moved
-//     into place);
+//   - token trees: for n = 2, 4, 8, 16 where --tokens has them (and 32, 64 with 16: trees scored
+//     in 2 and 4 steps), forward_tree of an n-node binary tree (node i's parent (i - 1) / 2: the
+//     widest tree of its depth) against the chain forward of n tokens (one step, the prefill
+//     GEMMs beyond 16) and against T(1), interleaved, and accept_path of its deepest path (the
+//     K/V rows moved into place);
 //   - with --draft D: the same round with D as the draft (its acceptance is whatever the two
 //     models' greedy tokens agree on: with random weights, about none) and the draft step D /
 //     T(1) against their bytes.
@@ -352,19 +353,25 @@ int main(int argc, char** argv) try {
     {
       // Token trees: what scoring n nodes as a tree costs over a chain of n (the tree attention
       // reads each row's path through the staged node table), and what keeping a path costs.
-      // (Sizes 2, 4, 8, 16 of --tokens, at most 10 repeats: a tree sweep costs two forwards.)
+      // (Sizes 2, 4, 8, 16 of --tokens, and 32 and 64 with 16, at most 10 repeats: a tree sweep
+      // costs two forwards.)
       std::vector<std::size_t> tree_ns;
       for (const std::size_t n : ns)
-        if (n == 2 || n == 4 || n == 8 || n == specdec::cuda::Transformer::max_tree_nodes)
+        if (n == 2 || n == 4 || n == 8 || n == specdec::cuda::Transformer::tree_step_nodes)
+          tree_ns.push_back(n);
+      if (std::find(ns.begin(), ns.end(), specdec::cuda::Transformer::tree_step_nodes) != ns.end())
+        for (std::size_t n = 2 * specdec::cuda::Transformer::tree_step_nodes;
+             n <= specdec::cuda::Transformer::max_tree_nodes; n *= 2)
           tree_ns.push_back(n);
       const std::vector<TreeTimes> trees =
           time_trees(model, context, tree_ns, std::min<std::size_t>(repeats, 10));
       nlohmann::json tree_rows = nlohmann::json::object();
-      fmt::print("  trees, forward_tree(n) / forward(n) and accept_path of depth d in us:");
+      fmt::print(
+          "  trees, forward_tree(n) / forward(n), / T(1) and accept_path of depth d in us:");
       for (std::size_t i = 0; i < tree_ns.size(); ++i) {
         const TreeTimes& t = trees[i];
-        fmt::print(" {}:{:.3f}/{:.0f}us(d{})", tree_ns[i], t.tree / t.chain, 1e6 * t.accept,
-                   t.depth);
+        fmt::print(" {}:{:.3f}/{:.2f}/{:.0f}us(d{})", tree_ns[i], t.tree / t.chain, t.tree / t1,
+                   1e6 * t.accept, t.depth);
         tree_rows[std::to_string(tree_ns[i])] = {{"chain_seconds", t.chain},
                                                  {"tree_seconds", t.tree},
                                                  {"accept_path_seconds", t.accept},

@@ -24,7 +24,8 @@
 #   greedy.pair, sampled.pair   `specdec bench --backend cuda` on the trained pair: greedy
 #             speculative output must equal target-only (bench fails otherwise); temperature 0.8
 #   suffix.greedy, suffix.sampled   the same with suffix decoding's token trees (forward_tree,
-#             the device tree verification, accept_path): chains and trees of 4 and 15 nodes
+#             the device tree verification, accept_path): chains and trees of 4, 15 and 40 nodes
+#             (a tree of more than 16 nodes with the last token takes several steps)
 #   bench.*   bench_cuda on the random models: T(n) and the roofline, token trees against chains,
 #             prefill, the device round with forced acceptance, a draft pair (greedy tokens
 #             compared with plain decoding); the Qwen Q4_K_M models also with one weight row per
@@ -203,7 +204,7 @@ step greedy.pair 120 "$cli" bench --backend cuda --temp 0 "${greedy_args[@]}"
 step sampled.pair 120 "$cli" bench --backend cuda --temp 0.8 -s 7 "${greedy_args[@]}"
 # Token trees end to end: suffix decoding (no draft model: draft-model trees need host logits).
 suffix_args=(-m "$pair/target-f32.gguf" --prompts "$pair/eval-prompts.jsonl" --suffix
-  --tree-nodes 0,4,15 -k 8 --repeat 1 --json)
+  --tree-nodes 0,4,15,40 -k 8 --repeat 1 --json)
 if [ "$emu" = 1 ]; then suffix_args+=(--limit 1 -n 8); else suffix_args+=(--limit 5 -n 64); fi
 step suffix.greedy 120 "$cli" bench --backend cuda --temp 0 "${suffix_args[@]}"
 step suffix.sampled 120 "$cli" bench --backend cuda --temp 0.8 -s 7 "${suffix_args[@]}"

@@ -32,10 +32,14 @@ struct GraphKey {
   int tokens = 0;
   int splits = 0;
   std::uint64_t epilogue = 0;
-  bool tree = false;  ///< a token tree's step (other attention and rotary kernels)
+  /// A token tree's step (other attention and rotary kernels): the tree nodes its attention
+  /// stages (AttentionParams::tree_nodes); 0 for a plain step.
+  int tree_nodes = 0;
+  /// The first logits row the step writes (a tree of more than 16 nodes takes several steps).
+  int out_row = 0;
   bool operator<(const GraphKey& o) const {
-    return std::tie(tokens, splits, epilogue, tree) <
-           std::tie(o.tokens, o.splits, o.epilogue, o.tree);
+    return std::tie(tokens, splits, epilogue, tree_nodes, out_row) <
+           std::tie(o.tokens, o.splits, o.epilogue, o.tree_nodes, o.out_row);
   }
 };
 

@@ -21,13 +21,13 @@
 // dequantised to it in row chunks of a scratch buffer before each product).
 // Steps with n <= 16 are captured into CUDA graphs (host/graph.hpp) keyed by (n, attention
 // splits, the key of appended work, tree or not) and replayed.
-// Token trees (forward_tree, extend_tree): one skinny step whose rows are tree nodes, written to
-// the slots after the prefix in node order; the rotary kernel rotates each for its depth and the
-// attention reads each row's path (kernels/attention.hpp, TreeRows, staged like the token ids).
-// accept_path() moves the kept path's K/V rows into place (kernels/kv_path.hpp). The token ids and
-// the start position reach the device through a ring of pinned staging slots, each reused only
-// after the copies that last read it have run (an event per slot), so consecutive steps are
-// enqueued without waiting for the GPU.
+// Token trees (forward_tree, extend_tree): skinny steps (16 rows each, one for a tree of up to 16
+// nodes) whose rows are tree nodes, written to the slots after the prefix in node order; the rotary
+// kernel rotates each for its depth and the attention reads each row's path (kernels/attention.hpp,
+// TreeRows, staged like the token ids). accept_path() moves the kept path's K/V rows into place
+// (kernels/kv_path.hpp). The token ids and the start position reach the device through a ring of
+// pinned staging slots, each reused only after the copies that last read it have run (an event per
+// slot), so consecutive steps are enqueued without waiting for the GPU.
 #include "specdec/cuda/transformer.hpp"
 
 #include <cuda_runtime.h>
@@ -65,8 +65,7 @@ namespace specdec::cuda {
 namespace {
 
 constexpr int kGraphMaxTokens = kernels::kSkinnyMaxTokens;
-static_assert(Transformer::max_tree_nodes == kernels::kMaxTreeNodes &&
-              kernels::kMaxTreeNodes <= kGraphMaxTokens);
+static_assert(Transformer::max_tree_nodes == kernels::kMaxTreeNodes);
 /// Pinned staging slots for the per-step token ids and start position (a draft round enqueues up
 /// to k steps before the host waits).
 constexpr std::size_t kStagingSlots = 8;
@@ -289,8 +288,9 @@ struct Transformer::Impl {
   }
 
   /// Enqueues the whole network for n tokens (ids in `tokens`, position in `start`; a tree's
-  /// shape in `tree_rows` when `tree`).
-  void layers_pass(int n, int chunk, int splits, bool tree, float* logits_out, cudaStream_t s) {
+  /// shape in `tree_rows` when tree_nodes > 0: the nodes its attention stages).
+  void layers_pass(int n, int chunk, int splits, int tree_nodes, float* logits_out,
+                   cudaStream_t s) {
     const ModelConfig& c = config;
     const std::size_t dim = c.dim, hd = c.head_dim, ffn = c.ffn_dim;
     const float eps = c.rms_norm_eps;
@@ -320,7 +320,7 @@ struct Transformer::Impl {
       r.k_cache = k_cache.get() + li * kv_layer_bytes();
       r.v_cache = v_cache.get() + li * kv_layer_bytes();
       r.capacity = static_cast<int>(capacity);
-      r.tree = tree ? tree_rows.get() : nullptr;
+      r.tree = tree_nodes > 0 ? tree_rows.get() : nullptr;
       kernels::rope_kv_write(r, s);
 
       kernels::AttentionParams a;
@@ -340,6 +340,7 @@ struct Transformer::Impl {
       a.partial = attn_work.get();
       a.out = att.get();
       a.tree = r.tree;
+      a.tree_nodes = tree_nodes;
       kernels::attention(a, s, attention_warps);
 
       gemm(L.o, att.get(), delta.get(), n, s);
@@ -358,7 +359,8 @@ struct Transformer::Impl {
   /// logits into logits_out; `epilogue` (last step of a forward only) is enqueued after it, with
   /// the forward's logits (forward_logits), and captured with it. With `tree` the tokens are
   /// nodes tree->first ... of a token tree (n <= 16), written after the tree's earlier nodes,
-  /// and cached does not move.
+  /// and cached does not move. Steps of up to 16 tokens whose logits rows lie in `logits` are
+  /// captured into CUDA graphs (keyed by the first row, among others) and replayed.
   void step(const token_t* host_ids, const token_t* device_ids, int n, float* logits_out,
             const float* forward_logits, const StepEpilogue* epilogue,
             const kernels::TreeRows* tree = nullptr) {
@@ -391,14 +393,19 @@ struct Transformer::Impl {
     auto run_epilogue = [&](cudaStream_t s) {
       if (epilogue != nullptr) epilogue->enqueue(s, forward_logits);
     };
+    const int tree_nodes = tree != nullptr ? kernels::tree_staged_nodes(tree->first + n) : 0;
     if (n <= kGraphMaxTokens) {
       const int splits = kernels::attention_splits(kv_len, attention_chunk);
       auto record = [&](cudaStream_t s) {
-        layers_pass(n, attention_chunk, splits, tree != nullptr, logits_out, s);
+        layers_pass(n, attention_chunk, splits, tree_nodes, logits_out, s);
         run_epilogue(s);
       };
-      if (options.cuda_graphs && logits_out == logits.get()) {
-        const GraphKey key{n, splits, epilogue != nullptr ? epilogue->key : 0, tree != nullptr};
+      const std::ptrdiff_t out_row =
+          (logits_out - logits.get()) / static_cast<std::ptrdiff_t>(config.vocab_size);
+      if (options.cuda_graphs && out_row >= 0 &&
+          static_cast<std::size_t>(out_row) + static_cast<std::size_t>(n) <= logits_rows) {
+        const GraphKey key{n, splits, epilogue != nullptr ? epilogue->key : 0, tree_nodes,
+                           static_cast<int>(out_row)};
         ++(graphs->run(key, record) ? stats.captures : stats.replays);
       } else {
         record(stream);
@@ -407,7 +414,7 @@ struct Transformer::Impl {
     } else {
       // Prefill: one split over the whole cache (parallelism comes from the many query rows).
       const int chunk = static_cast<int>((capacity + 31) / 32 * 32);
-      layers_pass(n, chunk, 1, false, logits_out, stream);
+      layers_pass(n, chunk, 1, 0, logits_out, stream);
       run_epilogue(stream);
       ++stats.direct;
     }
@@ -449,16 +456,23 @@ struct Transformer::Impl {
     all.insert(all.end(), parents.begin(), parents.end());
     std::vector<std::size_t> depth;
     tree_depths(all, depth);
-    kernels::TreeRows rows;
-    rows.first = static_cast<int>(first);
-    for (std::size_t t = 0; t < n; ++t) {
-      const std::size_t node = first + t;
-      rows.depth[t] = static_cast<int>(depth[node]);
-      for (auto v = static_cast<std::int32_t>(node); v >= 0; v = all[static_cast<std::size_t>(v)])
-        rows.ancestor[t][depth[static_cast<std::size_t>(v)]] = v;
-    }
     reserve_logits(n);
-    step(tokens.data(), nullptr, static_cast<int>(n), logits.get(), logits.get(), nullptr, &rows);
+    // Skinny steps of at most 16 nodes (batch invariance holds within the skinny GEMM only); a
+    // step's rows see the nodes of the earlier ones in their slots.
+    const std::size_t part = kernels::kSkinnyMaxTokens;
+    for (std::size_t part_first = 0; part_first < n; part_first += part) {
+      const std::size_t rows_here = std::min(part, n - part_first);
+      kernels::TreeRows rows;
+      rows.first = static_cast<int>(first + part_first);
+      for (std::size_t t = 0; t < rows_here; ++t) {
+        const std::size_t node = first + part_first + t;
+        rows.depth[t] = static_cast<int>(depth[node]);
+        for (auto v = static_cast<std::int32_t>(node); v >= 0; v = all[static_cast<std::size_t>(v)])
+          rows.ancestor[t][depth[static_cast<std::size_t>(v)]] = static_cast<std::uint8_t>(v);
+      }
+      step(tokens.data() + part_first, nullptr, static_cast<int>(rows_here),
+           logits.get() + part_first * config.vocab_size, logits.get(), nullptr, &rows);
+    }
     tree_parents.swap(all);
     last_rows = n;
     return LogitsView{logits.get(), n, config.vocab_size, Memory::device};

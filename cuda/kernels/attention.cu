@@ -19,10 +19,10 @@
 // not tuned.
 // No atomics: the result is deterministic, and the partials are combined in split order.
 //
-// Token trees (kTree, attention.hpp): the tree's nodes' K/V (at most 16 rows) are staged in
-// shared memory once per block; a row reads a key position below the prefix from the tile as
-// above, and position prefix + e from its path's node at depth e. Tiles that hold no tree
-// position take the plain path unchanged.
+// Token trees (kTree, attention.hpp): the tree's nodes' K/V (at most 64 rows, p.tree_nodes
+// reserved) are staged in shared memory once per block; a row reads a key position below the prefix
+// from the tile as above, and position prefix + e from its path's node at depth e. Tiles that hold
+// no tree position take the plain path unchanged.
 #include <algorithm>
 
 #include "common/check.hpp"
@@ -43,16 +43,17 @@ struct Smem {
   float* v;   // [kTile][head_dim]
   float* q;   // [rows per group][head_dim]
   float* p;   // [warps][kTile]
-  float* tk;  // trees only: [kMaxTreeNodes][head_dim + kKPad], the tree's K rows
-  float* tv;  // trees only: [kMaxTreeNodes][head_dim]
+  float* tk;  // trees only: [tree_nodes][head_dim + kKPad], the tree's K rows
+  float* tv;  // trees only: [tree_nodes][head_dim]
 };
 
-SPECDEC_HD constexpr std::size_t smem_floats(int head_dim, int warps, bool tree) {
+// tree_nodes: 0 for a plain step.
+SPECDEC_HD constexpr std::size_t smem_floats(int head_dim, int warps, int tree_nodes) {
   return static_cast<std::size_t>(kTile) * (head_dim + kKPad) +
          static_cast<std::size_t>(kTile) * head_dim +
          static_cast<std::size_t>(warps) * kRowsPerWarp * head_dim +
          static_cast<std::size_t>(warps) * kTile +
-         (tree ? static_cast<std::size_t>(kMaxTreeNodes) * (2 * head_dim + kKPad) : 0);
+         static_cast<std::size_t>(tree_nodes) * (2 * head_dim + kKPad);
 }
 
 // Copies head dimensions [d, d + 8) of cache row `key` (K and V) into shared-memory rows as f32;
@@ -130,7 +131,7 @@ __global__ void attention_kernel(AttentionParams p) {
                smem + kTile * (2 * hd + kKPad),
                smem + kTile * (2 * hd + kKPad) + warps * kRowsPerWarp * hd,
                tree_smem,
-               tree_smem + kMaxTreeNodes * (hd + kKPad)};
+               tree_smem + p.tree_nodes * (hd + kKPad)};
 
   const int kv_head = static_cast<int>(blockIdx.x);
   const int split = static_cast<int>(blockIdx.y);
@@ -148,7 +149,12 @@ __global__ void attention_kernel(AttentionParams p) {
   // Key positions from `prefix` on are a tree row's path (kTree); a plain step has none.
   const int prefix = kTree ? start - p.tree->first : kv_len;
   // The tree's nodes, read by the rows' paths (the barriers below order this before any use).
-  if constexpr (kTree) load_tree_nodes(k_head, v_head, prefix, p.tree->first + p.n, hd, s);
+  // (At most the nodes the shared memory holds: the host promises first + n <= tree_nodes.)
+  // A block whose keys all lie in the prefix reads no node.
+  if constexpr (kTree) {
+    if (key_end > prefix)
+      load_tree_nodes(k_head, v_head, prefix, min_of(p.tree->first + p.n, p.tree_nodes), hd, s);
+  }
 
   const int rows = p.n * group;
   const int rows_per_group = warps * kRowsPerWarp;
@@ -311,7 +317,7 @@ void run(const AttentionParams& p, cudaStream_t stream, int warps) {
   const dim3 grid(static_cast<unsigned>(p.n_kv), static_cast<unsigned>(p.splits),
                   static_cast<unsigned>(row_blocks));
   const dim3 block(static_cast<unsigned>(warps * kWarpSize));
-  const std::size_t smem = smem_floats(p.head_dim, warps, kTree) * sizeof(float);
+  const std::size_t smem = smem_floats(p.head_dim, warps, kTree ? p.tree_nodes : 0) * sizeof(float);
   if (p.splits == 1) {
     auto* kernel = attention_kernel<Cache, kDimsPerLane, true, kTree>;
     if (smem > 48 * 1024) SPECDEC_CUDA_CHECK(set_max_dynamic_shared(kernel, smem));
@@ -349,8 +355,8 @@ void attention(const AttentionParams& p, cudaStream_t stream, int warps) {
   if (p.splits < 1 || p.splits > 65535) throw Error("attention: splits must be in [1, 65535]");
   if (p.splits > 1 && p.partial == nullptr) throw Error("attention: splits > 1 needs a workspace");
   if (warps < 1 || warps > 32) throw Error("attention: warps must be in [1, 32]");
-  if (p.tree != nullptr && p.n > kMaxTreeNodes)
-    throw Error("attention: a token tree step has at most 16 rows");
+  if (p.tree != nullptr && (p.n > p.tree_nodes || p.tree_nodes > kMaxTreeNodes))
+    throw Error("attention: a token tree step needs n <= tree_nodes <= 64");
   const bool half = p.kv_type == KvType::f16;
   const bool tree = p.tree != nullptr;
   if (p.head_dim <= 128) {

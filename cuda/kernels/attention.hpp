@@ -23,18 +23,21 @@
 // those of the plain forward of the row's path: position prefix + e (e <= depth) is the path's
 // node at depth e, read from its slot, and everything past the path is masked. The tiles, the
 // splits and the order of every sum are those of the plain forward; only the address a K/V row is
-// read from changes (the tree's nodes, at most 16, are staged in shared memory once per block).
+// read from changes (the tree's nodes, at most 64, are staged in shared memory once per block).
+// A tree of more than 16 nodes is scored in several steps of at most 16 rows (the skinny GEMM's
+// limit); a later step's rows read the earlier steps' nodes from their slots like their own.
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/types.hpp"
 
 namespace specdec::cuda::kernels {
 
-/// Nodes of a token tree one step scores (Transformer::max_tree_nodes): one skinny step.
-inline constexpr int kMaxTreeNodes = 16;
+/// Nodes of a token tree (Transformer::max_tree_nodes), all of them staged in shared memory.
+inline constexpr int kMaxTreeNodes = 64;
 
 /// The tree shape of a step's n rows (device memory; a plain step passes none). Row t is node
 /// first + t; its K/V slot is *start + t, so the prefix is the first *start - first positions.
@@ -43,8 +46,13 @@ struct TreeRows {
   int first = 0;                  ///< nodes of the tree scored by earlier steps (extend_tree)
   int depth[kMaxTreeNodes] = {};  ///< row t: its node's depth (its rotary position: prefix + depth)
   /// ancestor[t][e]: the node at depth e on row t's path (e <= depth[t]; e = depth[t]: its own).
-  int ancestor[kMaxTreeNodes][kMaxTreeNodes] = {};
+  /// Bytes: a node index is below 64, and the struct is copied to the device every tree step.
+  std::uint8_t ancestor[kMaxTreeNodes][kMaxTreeNodes] = {};
 };
+
+/// Tree nodes a step stages for `nodes` nodes (first + n): a multiple of 16, so that a CUDA graph
+/// captured for one tree step serves every step whose tree has as many nodes, rounded up.
+inline int tree_staged_nodes(int nodes) { return (nodes + 15) / 16 * 16; }
 
 struct AttentionParams {
   const float* q = nullptr;  ///< [n][n_heads][head_dim], rotated
@@ -63,6 +71,9 @@ struct AttentionParams {
   float* partial = nullptr;        ///< workspace, attention_workspace_floats() (splits > 1 only)
   float* out = nullptr;            ///< [n][n_heads * head_dim]
   const TreeRows* tree = nullptr;  ///< device: the rows form a token tree (n <= kMaxTreeNodes)
+  /// Trees: the nodes the shared memory holds, at least tree->first + n and at most
+  /// kMaxTreeNodes (tree_staged_nodes). Read on the host: the launch's shared-memory size.
+  int tree_nodes = 0;
 };
 
 /// Floats of workspace the split kernel needs: splits * n * n_heads * (head_dim + 2).

@@ -2,6 +2,8 @@
 // a block moves its head's rows one depth after another. Moving node[k] to slot k in increasing
 // k never overwrites a row still to be read (node[j] >= j > k for the later ones), but slot k may
 // be the row an earlier depth read, so the depths are ordered by a barrier, not run in parallel.
+#include <string>
+
 #include "common/check.hpp"
 #include "common/prelude.cuh"
 #include "kernels/kv_path.hpp"
@@ -32,7 +34,8 @@ __global__ void __launch_bounds__(kThreads)
 void kv_keep_path(void* k_cache, void* v_cache, int blocks, int capacity, int row_bytes, int start,
                   const KvPath& path, cudaStream_t stream) {
   if (path.count <= 0 || blocks <= 0) return;
-  if (path.count > kMaxTreeNodes) throw Error("kv_keep_path: a path of more than 16 nodes");
+  if (path.count > kMaxTreeNodes)
+    throw Error("kv_keep_path: a path of more than " + std::to_string(kMaxTreeNodes) + " nodes");
   if (row_bytes <= 0 || row_bytes % 16 != 0)
     throw Error("kv_keep_path: a KV row must be a positive multiple of 16 bytes");
   launch(kv_keep_path_kernel, dim3(static_cast<unsigned>(blocks), 2), dim3(kThreads), 0, stream,

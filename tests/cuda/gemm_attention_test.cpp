@@ -14,6 +14,7 @@
 #include "random_weights.hpp"
 #include "reference.hpp"
 #include "support.hpp"
+#include "token_trees.hpp"
 
 namespace {
 
@@ -329,15 +330,11 @@ TEST_CASE("attention over a token tree: each row bitwise the plain attention of 
   // give the bits of the plain attention of its path: a cache holding the prefix, then the path's
   // nodes at consecutive positions, and a call whose last row is that node. Prefixes that put the
   // tree across a tile (32 keys) and a split boundary, one split or several, f16 and f32 caches,
-  // trees scored whole and in two parts (first > 0). Slots past the tree hold NaN: never read.
+  // trees scored whole and in two parts (first > 0), up to 64 nodes (kMaxTreeNodes). Slots past
+  // the tree hold NaN: never read.
   const int n_heads = 4, n_kv = 2, hd = 40;
-  const std::vector<std::vector<int>> shapes = {
-      {-1},
-      {-1, 0, 1, 2, 3},
-      {-1, 0, 0, 0, 1, 1, 2, 4, 4, 7},
-      {-1, 0, 1, 0, 3, 1, -1, 6, 6, 8},
-      {-1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 14},
-  };
+  std::vector<std::vector<std::int32_t>> shapes = specdec::test::tree_shapes();
+  for (auto& large : specdec::test::large_tree_shapes()) shapes.push_back(std::move(large));
   std::uint32_t seed = 300;
   for (const KvType kv : {KvType::f16, KvType::f32}) {
     for (const int prefix : {3, 27, 60}) {
@@ -398,6 +395,7 @@ TEST_CASE("attention over a token tree: each row bitwise the plain attention of 
             p.partial = d_work.get();
             p.out = d_out.get();
             p.tree = tree != nullptr ? d_tree.get() : nullptr;
+            p.tree_nodes = tree != nullptr ? k::tree_staged_nodes(nodes) : 0;
             k::attention(p, nullptr, 2);
             return d_out.download();
           };
@@ -408,7 +406,7 @@ TEST_CASE("attention over a token tree: each row bitwise the plain attention of 
               const int node = first + t;
               tree.depth[t] = depth[static_cast<std::size_t>(node)];
               for (int a = node; a >= 0; a = parents[static_cast<std::size_t>(a)])
-                tree.ancestor[t][depth[static_cast<std::size_t>(a)]] = a;
+                tree.ancestor[t][depth[static_cast<std::size_t>(a)]] = static_cast<std::uint8_t>(a);
             }
             const int count = nodes - first;
             const std::vector<float> q_rows(

@@ -260,11 +260,11 @@ TEST_CASE(
       CHECK(d.rounds[i].accepted == h.rounds[i].accepted);
   }
 
-  // Trees larger than the CUDA target scores (16 nodes, the last token included) are refused.
+  // Trees larger than the CUDA target scores (64 nodes, the last token included) are refused.
   specdec::SuffixDrafter big;
   CHECK_THROWS_WITH(specdec::SpeculativeDecoder(big, gpu_target,
-                                                specdec::SpeculativeOptions{.max_tree_nodes = 16}),
-                    Catch::Contains("at most 15 drafted nodes"));
+                                                specdec::SpeculativeOptions{.max_tree_nodes = 64}),
+                    Catch::Contains("at most 63 drafted nodes"));
 }
 
 TEST_CASE("NaN logits on the device name the model and the position",

@@ -3,7 +3,8 @@
 //  - tree invariance: row i of forward_tree() is bitwise the last row of forward() over the path
 //    to node i after the same prefix, for trees of several shapes, on the tinyllama draft (F16
 //    weights, f16 KV) and on the K-quant and 32-block random models (f32 KV), with CUDA graphs
-//    and without;
+//    and without; on the random models also trees of 33 and 64 nodes (several steps of 16: the
+//    plain forwards run in steps of 16 too, Options::max_step_tokens);
 //  - extend_tree(): node by node and in two parts, the rows forward_tree() gives;
 //  - accept_path(): the next forward() after keeping a path gives bitwise the rows it gives after
 //    forward() of the path's tokens (the K/V rows were moved into place);
@@ -47,7 +48,8 @@ std::vector<token_t> random_tokens(std::size_t n, std::size_t vocab, std::mt1993
 /// Tree invariance, extend_tree and accept_path on one model (see the top of the file).
 void check_model(const specdec::ModelConfig& config,
                  std::shared_ptr<const specdec::WeightStore> weights,
-                 specdec::cuda::Options options, std::size_t prefix_length, bool all_paths) {
+                 specdec::cuda::Options options, std::size_t prefix_length, bool all_paths,
+                 const std::vector<std::vector<std::int32_t>>& shapes) {
   std::mt19937 rng(11);
   const std::size_t vocab = config.vocab_size;
   Transformer tree_model(config, weights, options);
@@ -55,7 +57,7 @@ void check_model(const specdec::ModelConfig& config,
   Transformer reference(config, weights, options);
   const std::vector<token_t> prefix = random_tokens(prefix_length, vocab, rng);
   (void)reference.forward(prefix);
-  for (const std::vector<std::int32_t>& parents : tree_shapes()) {
+  for (const std::vector<std::int32_t>& parents : shapes) {
     const std::vector<token_t> tokens = random_tokens(parents.size(), vocab, rng);
     INFO("tree of " << parents.size() << " nodes after " << prefix.size() << " tokens");
     tree_model.reset();
@@ -110,6 +112,19 @@ void check_model(const specdec::ModelConfig& config,
 
 TEST_CASE("cuda::Transformer::forward_tree: tree invariance, extend_tree, accept_path",
           "[cuda-emu][transformer][tree]") {
+  SECTION("quantised random models, f32 KV") {
+    for (const auto& m : {specdec::test::k_quant_model(), specdec::test::block32_model()}) {
+      auto options = specdec::test::emulator_friendly();
+      options.kv_type = specdec::KvType::f32;
+      options.context_length = 96;
+      options.cuda_graphs = false;
+      options.max_step_tokens = 16;  // a path of more than 16 nodes: skinny steps, as decoding
+      INFO("head_dim " << m->config.head_dim);
+      auto shapes = tree_shapes();
+      for (auto& large : specdec::test::large_tree_shapes()) shapes.push_back(std::move(large));
+      check_model(m->config, m->quantised, options, 21, true, shapes);
+    }
+  }
   SECTION("tinyllama draft, F16 weights, f16 KV") {
     const auto model = specdec::test::load_f16("draft-f32.gguf");
     if (!model) {
@@ -119,17 +134,7 @@ TEST_CASE("cuda::Transformer::forward_tree: tree invariance, extend_tree, accept
     auto options = specdec::test::emulator_friendly();
     options.context_length = 96;
     // 29 prefix tokens: the tree's slots cross a 32-key tile.
-    check_model(model->config, model->store, options, 29, false);
-  }
-  SECTION("quantised random models, f32 KV") {
-    for (const auto& m : {specdec::test::k_quant_model(), specdec::test::block32_model()}) {
-      auto options = specdec::test::emulator_friendly();
-      options.kv_type = specdec::KvType::f32;
-      options.context_length = 64;
-      options.cuda_graphs = false;
-      INFO("head_dim " << m->config.head_dim);
-      check_model(m->config, m->quantised, options, 21, true);
-    }
+    check_model(model->config, model->store, options, 29, false, tree_shapes());
   }
 }
 
@@ -157,8 +162,8 @@ TEST_CASE("cuda::Transformer tree errors leave the cache and the pending tree",
   CHECK_THROWS_WITH(model.extend_tree(std::vector<token_t>{-2}, std::vector<std::int32_t>{0}),
                     Contains("outside the vocabulary"));
   CHECK_THROWS_WITH(
-      model.extend_tree(std::vector<token_t>(14, 4), std::vector<std::int32_t>(14, 0)),
-      Contains("17 nodes, at most 16"));
+      model.extend_tree(std::vector<token_t>(62, 4), std::vector<std::int32_t>(62, 0)),
+      Contains("65 nodes, at most 64"));
   CHECK_THROWS_WITH(model.extend_tree(std::vector<token_t>(6, 4), std::vector<std::int32_t>(6, 0)),
                     Contains("exceed the context length 12"));
   CHECK_THROWS_WITH(model.accept_path(std::vector<std::size_t>{1}),

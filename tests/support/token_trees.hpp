@@ -23,6 +23,20 @@ inline std::vector<std::vector<std::int32_t>> tree_shapes() {
   };
 }
 
+/// Trees of more than 16 nodes (a CUDA target scores them in several steps of 16): a chain of
+/// 33 nodes (a path across two step boundaries) and 64 nodes, a ternary tree of 40 with a chain
+/// of 24 below its last node (so deep paths and wide levels both span steps).
+inline std::vector<std::vector<std::int32_t>> large_tree_shapes() {
+  std::vector<std::int32_t> chain(33);
+  for (std::size_t i = 0; i < chain.size(); ++i) chain[i] = static_cast<std::int32_t>(i) - 1;
+  std::vector<std::int32_t> wide_deep(64);
+  for (std::size_t i = 0; i < wide_deep.size(); ++i) {
+    const auto node = static_cast<std::int32_t>(i);
+    wide_deep[i] = i == 0 ? -1 : i < 40 ? (node - 1) / 3 : node - 1;
+  }
+  return {chain, wide_deep};
+}
+
 /// The nodes from a root (parent -1) down to `node`.
 inline std::vector<std::size_t> path_to(const std::vector<std::int32_t>& parents,
                                         std::size_t node) {

@@ -113,13 +113,16 @@ class Transformer {
   /// are not validated on the host; an id outside the vocabulary gives NaN logits).
   LogitsView forward(DeviceTokens tokens, const StepEpilogue* epilogue = nullptr);
 
-  /// Scores a token tree in one step (TreeCausalLM, specdec/model/causal_lm.hpp): node i is
-  /// tokens[i], parents[i] is -1 (it follows the cached prefix) or an earlier node. Row i of the
-  /// device logits is bitwise what forward() of the path to node i gives in its last row (the
-  /// attention reads each row's path in the plain forward's order; rotary positions by depth:
-  /// docs/cuda.md). The nodes' K/V take the slots cached() ... in node order; cached() does not
-  /// move. Throws specdec::Error, changing nothing, on an empty tree, more than max_tree_nodes
-  /// nodes, bad parents, a token outside the vocabulary or slots past the context.
+  /// Scores a token tree (TreeCausalLM, specdec/model/causal_lm.hpp): node i is tokens[i],
+  /// parents[i] is -1 (it follows the cached prefix) or an earlier node. The nodes are scored in
+  /// skinny steps of up to 16 (one step for a tree of up to 16 nodes). Row i of the device logits
+  /// is bitwise what forward() of the path to node i gives in its last row when that forward
+  /// runs in skinny steps too, as decoding and verification do (a path of more than 16 nodes:
+  /// Options::max_step_tokens = 16). The attention reads each row's path in the plain forward's
+  /// order; rotary positions by depth: docs/cuda.md. The nodes' K/V take the slots cached() ... in
+  /// node order; cached() does not move. Throws specdec::Error, changing nothing, on an empty tree,
+  /// more than max_tree_nodes nodes, bad parents, a token outside the vocabulary or slots past the
+  /// context.
   LogitsView forward_tree(std::span<const token_t> tokens, std::span<const std::int32_t> parents);
   /// Adds nodes to the tree scored since the cache last changed and scores only them (parents
   /// index the whole tree); the rows are those forward_tree() of the whole tree would give.
@@ -129,9 +132,13 @@ class Transformer {
   /// path.size(). Throws specdec::Error, changing nothing, without a tree or for a path that is
   /// not a chain from a root.
   void accept_path(std::span<const std::size_t> path);
-  /// Nodes a tree may have: one skinny step (kernels/skinny_gemm.hpp); a larger tree would take
-  /// the prefill GEMMs, whose rounding is not the decode steps'.
-  static constexpr std::size_t max_tree_nodes = 16;
+  /// Nodes a tree may have: all of them are staged in the attention's shared memory (64 rows of
+  /// K and V: 66 KiB at head_dim 128). Each step of a tree is a skinny step of at most 16 rows
+  /// (kernels/skinny_gemm.hpp), never the prefill GEMMs, whose rounding is not the decode steps'.
+  static constexpr std::size_t max_tree_nodes = 64;
+  /// Nodes one step scores (a larger tree costs a step per 16 nodes): the default tree size
+  /// (DecodeSetup::fitted_to) fits in one.
+  static constexpr std::size_t tree_step_nodes = 16;
 
   /// Keeps the first n cached positions. O(1). Throws specdec::Error when n > cached().
   void rollback(std::size_t n);

@@ -63,19 +63,21 @@ struct DecodeSetup {
   /// Suffix drafter: trees of at most this many nodes per round (0: chains of k, its best path).
   std::size_t tree_nodes = 16;
   /// tree_nodes was asked for (--tree-nodes): kept as it is, else fitted to the target (a CUDA
-  /// target scores trees of at most 16 nodes, the sequence's last token included: 15 drafted).
+  /// target scores 16 nodes a step, the sequence's last token included: 15 drafted).
   bool tree_nodes_given = false;
 
   /// This setup on a target of type LM: the default tree size capped by what LM scores in one
-  /// forward (LM::max_tree_nodes - 1 drafted nodes); an explicit one is left for the session to
-  /// refuse, naming the limit.
+  /// forward step (LM::tree_step_nodes, else LM::max_tree_nodes; the sequence's last token is a
+  /// node too); an explicit one is left for the session to refuse, naming the limit.
   template <class LM>
   [[nodiscard]] DecodeSetup fitted_to() const {
     DecodeSetup fitted = *this;
-    if constexpr (requires { LM::max_tree_nodes; }) {
-      if (!tree_nodes_given && LM::max_tree_nodes > 0)
-        fitted.tree_nodes = std::min(tree_nodes, LM::max_tree_nodes - 1);
-    }
+    std::size_t nodes = 0;
+    if constexpr (requires { LM::tree_step_nodes; })
+      nodes = LM::tree_step_nodes;
+    else if constexpr (requires { LM::max_tree_nodes; })
+      nodes = LM::max_tree_nodes;
+    if (!tree_nodes_given && nodes > 0) fitted.tree_nodes = std::min(tree_nodes, nodes - 1);
     return fitted;
   }
   ModelTreeOptions model_tree_shape{};  ///< draft model trees: branching and depth
