@@ -148,12 +148,14 @@ step() {
 # ---------------------------------------------------------------- 1. models (background)
 # name shape type: every type of each shape the issue asks for (Q4_K_M, Q8_0, BF16). Under the
 # emulator only the 68M-parameter Llama shape (its forward takes seconds there).
+# SPECDEC_GPU_CHECK_SHAPES / _TYPES (space-separated) narrow them for a short rerun.
 if [ "$emu" = 1 ]; then
   shapes=(llama-68m)
 else
-  shapes=(tinyllama-1.1b qwen2.5-1.5b qwen2.5-0.5b)
+  read -ra shapes <<<"${SPECDEC_GPU_CHECK_SHAPES:-tinyllama-1.1b qwen2.5-1.5b qwen2.5-0.5b}"
 fi
-types=(q4_k_m q8_0 bf16)
+read -ra types <<<"${SPECDEC_GPU_CHECK_TYPES:-q4_k_m q8_0 bf16}"
+
 model_jobs=()
 echo models | grep -Eq "$only" || shapes=()
 for shape in "${shapes[@]}"; do
