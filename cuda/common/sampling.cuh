@@ -196,6 +196,70 @@ struct BlockRowSampler {
                                            std::size_t row) const {
     return sample_exclude_one_row(p, vocab, static_cast<int>(x), u, static_cast<int>(row), sums);
   }
+
+  // The tree loop's row passes (SerialRowSampler's, sampling/verify.hpp), split between the
+  // block's threads in the lane order, so each gives the serial pass's bits. Each begins with a
+  // barrier (the previous pass's readers of `sums` and of w are done) and returns the same values
+  // in every thread.
+
+  SPECDEC_DEVICE void row_stats(const float* p, const float* q, sampling::detail::RowStats& p_stats,
+                                sampling::detail::RowStats& q_stats) const {
+    __shared__ int negative_q;
+    __syncthreads();
+    if (threadIdx.x == 0) negative_q = 0;
+    __syncthreads();
+    const int blocks = scan_blocks(vocab);
+    const bool negative_p = lane_order_block_sums<2>(
+        [&](int i, float(&v)[2]) {
+          v[0] = p[i];
+          v[1] = q != nullptr ? q[i] : 0.0f;
+          if (q != nullptr && q[i] < 0.0f) negative_q = 1;  // benign race: every writer stores 1
+          return p[i] < 0.0f;
+        },
+        vocab, sums);
+    const auto V = static_cast<std::size_t>(vocab);
+    p_stats = {sampling::detail::sum_of_blocks(SharedSums{sums}, V), negative_p};
+    q_stats = {sampling::detail::sum_of_blocks(SharedSums{sums + blocks}, V), negative_q != 0};
+  }
+  template <class F>
+  SPECDEC_DEVICE void fill(float* w, const F& f) const {
+    __syncthreads();
+    for (int j = static_cast<int>(threadIdx.x); j < vocab; j += static_cast<int>(blockDim.x))
+      w[j] = f(static_cast<std::size_t>(j));
+    __syncthreads();  // every thread's entries are visible to the block
+  }
+  SPECDEC_DEVICE void set(float* w, std::size_t j, float value) const {
+    __syncthreads();
+    if (threadIdx.x == 0) w[j] = value;
+    __syncthreads();
+  }
+  SPECDEC_DEVICE double total(const float* w) const {
+    __syncthreads();
+    (void)lane_order_block_sums<1>(
+        [&](int i, float(&v)[1]) {
+          v[0] = w[i];
+          return false;
+        },
+        vocab, sums);
+    return sampling::detail::sum_of_blocks(SharedSums{sums}, static_cast<std::size_t>(vocab));
+  }
+  SPECDEC_DEVICE token_t sample_weights(const float* w, double total, double u) const {
+    __shared__ token_t chosen;
+    __syncthreads();
+    (void)lane_order_block_sums<1>(
+        [&](int i, float(&v)[1]) {
+          v[0] = w[i];
+          return false;
+        },
+        vocab, sums);
+    if (threadIdx.x == 0) {
+      chosen = sampling::detail::inverse_cdf<float>(sampling::detail::PlainWeights<float>{w},
+                                                    static_cast<std::size_t>(vocab), total, u,
+                                                    SharedSums{sums});
+    }
+    __syncthreads();
+    return chosen;
+  }
 };
 
 // ------------------------------------------------------------------ row passes

@@ -9,7 +9,11 @@
 //
 // Variants: verify_chain (p, q), verify_chain_onehot (point-mass proposals), verify_chain_greedy
 // on the raw logits, process_logits of the k + 1 rows followed by verify_chain (the device round's
-// verification), and draft sampling (sample_rows, one row per sequence); threads per block.
+// verification), and draft sampling (sample_rows, one row per sequence); threads per block. With
+// B = 1, verify_tree on a tree of k point-mass children of the root, each the least likely token
+// of the root's row: every child is rejected, so the kernel materialises, totals and finally
+// samples the residual (a whole-row pass per rejected sibling, the sampled tree round's worst
+// case).
 // Check: the decisions (accepted counts, emitted tokens) equal the host sampling core's on the
 // same distributions, bit for bit (include/specdec/sampling/batch.hpp); for the processing
 // variant, on the distributions the device computed.
@@ -20,6 +24,7 @@
 //
 //   cuda_dev_verify [--check]     GPU: V = 32000 (Llama) and 151936 (Qwen2.5), B up to 64
 //   cuda_emu_dev_verify           emulator: small shapes, checks only (ctest)
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -217,6 +222,45 @@ int main(int argc, char** argv) {
       h.row(shape_label("sample_rows (draft sampling)", s, threads), ok,
             std::to_string(s.batch) + " tokens", h.timing() ? dev::time_ms(sample) : 0.0,
             12.0 * static_cast<double>(s.batch * s.vocab));
+
+      if (s.batch == 1) {
+        // verify_tree: the root (row 0) and k children, the k least likely tokens of row 0.
+        const std::size_t n = s.k + 1;
+        std::vector<std::int32_t> parents(n, 0);
+        parents[0] = -1;
+        std::vector<token_t> tree_tokens(n, 0);
+        std::vector<std::size_t> order(s.vocab);
+        for (std::size_t v = 0; v < s.vocab; ++v) order[v] = v;
+        std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(s.k),
+                          order.end(),
+                          [&](std::size_t a, std::size_t c) { return b.p[a] < b.p[c]; });
+        for (std::size_t c = 1; c < n; ++c) tree_tokens[c] = static_cast<token_t>(order[c - 1]);
+        const sp::PhiloxUniforms u{seed, 3, counter};
+        std::vector<float> scratch(s.vocab);
+        const sp::TreeVerifyOutcome host = sp::verify_tree_row(
+            b.p.data(), static_cast<const float*>(nullptr), tree_tokens.data(), parents.data(), n,
+            s.vocab, sp::TreeProposal::point_mass, u, scratch.data());
+        dev::Buffer<token_t> d_tree_tokens(tree_tokens);
+        dev::Buffer<std::int32_t> d_parents(parents);
+        dev::Buffer<float> d_scratch(s.vocab);
+        dev::Buffer<k::RoundArgs> d_args(std::vector<k::RoundArgs>{{{}, seed, 3, counter}});
+        dev::Buffer<sp::TreeVerifyOutcome> d_tree_outcome(1);
+        auto tree = [&] {
+          k::verify_tree(d_p.get(), false, d_tree_tokens.get(), d_parents.get(),
+                         static_cast<int>(n), V, d_args.get(), d_scratch.get(),
+                         d_tree_outcome.get(), nullptr, threads);
+        };
+        tree();
+        const sp::TreeVerifyOutcome device = d_tree_outcome.download().front();
+        const bool tree_ok = device.node == host.node && device.depth == host.depth &&
+                             device.next == host.next && device.error == host.error;
+        // Bytes: the root's row read to check it, then per rejected sibling after the first the
+        // scratch row written and read for its total, and read once more for the sample.
+        h.row(shape_label("verify_tree (k children rejected)", s, threads), tree_ok,
+              "depth " + std::to_string(host.depth) + ", next " + std::to_string(host.next),
+              h.timing() ? dev::time_ms(tree) : 0.0,
+              4.0 * static_cast<double>(s.vocab) * static_cast<double>(3 * s.k + 1));
+      }
     }
   }
   return h.finish();

@@ -3,10 +3,10 @@
 // The acceptance tests are scalar comparisons every thread evaluates; the row that ends the round
 // is sampled block-wide (the chain's BlockRowSampler) and greedy walks scan rows with the
 // block-wide argmax, so those cost what a chain's do. When a node with several children rejects
-// one, the loop materialises the residual in `scratch` and totals it serially in every thread
-// (each writes the same values): exact, but about one serial pass over the vocabulary per
-// rejected sibling, the part of a sampled tree round that is not parallel yet. (That path's row
-// statistics use a little stack, so this kernel is not among the no-local-memory hot kernels.)
+// one, the residual is materialised in `scratch`, totalled and finally sampled by the block too
+// (BlockRowSampler's row passes: each thread a share of the row, the sums in the core's lane
+// order, so the bits are the serial loop's). (That path's row statistics use a little stack, so
+// this kernel is not among the no-local-memory hot kernels.)
 #include "common/check.hpp"
 #include "common/sampling.cuh"
 #include "kernels/sampling.hpp"

@@ -303,48 +303,40 @@ SPECDEC_HD inline TreeVerifyOutcome verify_tree_loop(const Real* p, const Real* 
         detail::RowStats p_stats;
         detail::RowStats q_stats;
         VerifyOutcome bad;
-        if (sampled) {
-          (void)detail::residual_total(p_i, q_i, vocab, p_stats, q_stats);
-          if (!detail::check_row(p_stats, true, node, bad) ||
-              !detail::check_row(q_stats, false, node, bad)) {
-            return detail::with_sample(out, bad);
-          }
-        } else {
-          (void)detail::plain_total(p_i, vocab, p_stats);
-          if (!detail::check_row(p_stats, true, node, bad)) return detail::with_sample(out, bad);
+        rows.row_stats(p_i, q_i, p_stats, q_stats);
+        if (!detail::check_row(p_stats, true, node, bad) ||
+            (sampled && !detail::check_row(q_stats, false, node, bad))) {
+          return detail::with_sample(out, bad);
         }
-        if (Rule == TreeRule::stale_residual) {
-          for (std::size_t j = 0; j < vocab; ++j) scratch[j] = p_i[j];
-        } else if (sampled) {
-          for (std::size_t j = 0; j < vocab; ++j) {
-            scratch[j] = detail::positive_part(p_i[j] - q_i[j]);
-          }
-          scratch[x] = Real(0);  // already 0: a rejection means p_i(x) <= u * q_i(x) < q_i(x)
-        } else {
-          for (std::size_t j = 0; j < vocab; ++j) scratch[j] = p_i[j];
-          if (Rule != TreeRule::point_mass_keeps_token) scratch[x] = Real(0);
-        }
+        // max(0, p_i - q_i) with x at 0 (already 0: a rejection means p_i(x) <= u q_i(x) <
+        // q_i(x)), or p_i without x for a point mass.
+        const bool stale = Rule == TreeRule::stale_residual;
+        const bool zero_x = !stale && (sampled || Rule != TreeRule::point_mass_keeps_token);
+        rows.fill(scratch, [&](std::size_t j) {
+          if (zero_x && j == x) return Real(0);
+          return sampled && !stale ? detail::positive_part(p_i[j] - q_i[j]) : p_i[j];
+        });
         if (Rule == TreeRule::point_mass_keeps_token && !sampled) {
           z = p_stats.sum - static_cast<double>(p_i[x]);
-        } else if (Rule != TreeRule::stale_residual) {
-          detail::RowStats w_stats;
-          z = detail::plain_total(scratch, vocab, w_stats);
+        } else if (!stale) {
+          z = rows.total(scratch);
         }
       } else if (Rule == TreeRule::point_mass_keeps_token && !sampled) {
         z -= static_cast<double>(scratch[x]);
       } else if (Rule != TreeRule::stale_residual) {
         // w <- max(0, w - Z * r_c), each entry in double; Z <- the total of the new row.
-        if (sampled) {
-          for (std::size_t j = 0; j < vocab; ++j) {
-            scratch[j] = static_cast<Real>(detail::positive_part(static_cast<double>(scratch[j]) -
-                                                                 s * static_cast<double>(q_i[j])));
-          }
-        }
         // The rejected token's weight is now 0 exactly: w(x) <= u * s * r(x) < s * r(x). Setting
         // it keeps that true whatever the rounding of the update (and is the point-mass update).
-        scratch[x] = Real(0);
-        detail::RowStats w_stats;
-        z = detail::plain_total(scratch, vocab, w_stats);
+        if (sampled) {
+          rows.fill(scratch, [&](std::size_t j) {
+            return j == x ? Real(0)
+                          : static_cast<Real>(detail::positive_part(
+                                static_cast<double>(scratch[j]) - s * static_cast<double>(q_i[j])));
+          });
+        } else {
+          rows.set(scratch, x, Real(0));
+        }
+        z = rows.total(scratch);
       }
       if (sampled) remainder -= static_cast<double>(q_i[x]);
       c = following;
@@ -358,8 +350,7 @@ SPECDEC_HD inline TreeVerifyOutcome verify_tree_loop(const Real* p, const Real* 
     if (rejected == 0) return detail::with_sample(out, rows.plain(p_i, u, node));  // a leaf
     // Two or more children rejected: sample the materialised residual w / Z.
     if (!(z > 0)) return detail::with_sample(out, rows.plain(p_i, u, node));
-    out.next = detail::inverse_cdf<Real>(detail::PlainWeights<Real>{scratch}, vocab, z,
-                                         static_cast<double>(u));
+    out.next = rows.sample_weights(scratch, z, static_cast<double>(u));
     return out;
   }
 }

@@ -567,6 +567,35 @@ struct SerialRowSampler {
   SPECDEC_HD VerifyOutcome exclude_one(const Real* p, std::size_t x, U u, std::size_t row) const {
     return sample_exclude_one_row(p, vocab, x, u, row);
   }
+
+  // The tree loop's passes over a whole row (tree_verify.hpp: checking a node's rows, the
+  // residual w in its scratch row, Z, the final sample); a CUDA block splits each pass between
+  // its threads and gives the same bits.
+
+  /// The stats of p (and of q unless it is null), for check_row.
+  SPECDEC_HD void row_stats(const Real* p, const Real* q, detail::RowStats& p_stats,
+                            detail::RowStats& q_stats) const {
+    if (q != nullptr)
+      (void)detail::residual_total(p, q, vocab, p_stats, q_stats);
+    else
+      (void)detail::plain_total(p, vocab, p_stats);
+  }
+  /// w[j] = f(j) for every j; f may read w[j] (and no other entry of w).
+  template <class F>
+  SPECDEC_HD void fill(Real* w, const F& f) const {
+    for (std::size_t j = 0; j < vocab; ++j) w[j] = f(j);
+  }
+  /// w[j] = value.
+  SPECDEC_HD void set(Real* w, std::size_t j, Real value) const { w[j] = value; }
+  /// The total of w in the lane order (plain_total).
+  SPECDEC_HD double total(const Real* w) const {
+    detail::RowStats stats;
+    return detail::plain_total(w, vocab, stats);
+  }
+  /// The inverse-CDF sample of w, whose total is `total`.
+  SPECDEC_HD token_t sample_weights(const Real* w, double total, double u) const {
+    return detail::inverse_cdf<Real>(detail::PlainWeights<Real>{w}, vocab, total, u);
+  }
 };
 
 /// Checks that every drafted token is in [0, V).
