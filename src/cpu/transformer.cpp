@@ -111,13 +111,12 @@ MemoryEstimate Transformer::estimate_memory(const ModelConfig& c, const Options&
   kv = checked_mul(kv, e.context_length, "KV cache size");
   kv = checked_mul(kv, c.head_dim, "KV cache size");
   e.kv_cache_bytes = checked_mul(kv, element, "KV cache size");
-  // Per thread: the scores of one group of query heads (those sharing a K/V head) + one head.
+  // Per thread: the scores of one group of query heads (those sharing a K/V head).
   const std::size_t group = c.n_kv_heads != 0 ? c.n_heads / c.n_kv_heads : 1;
-  e.scratch_bytes =
-      checked_mul(e.threads,
-                  checked_mul(checked_mul(group, e.context_length, "scratch") + c.head_dim,
-                              sizeof(float), "scratch"),
-                  "attention scratch size");
+  e.scratch_floats_per_thread = checked_mul(group, e.context_length, "attention scratch size");
+  e.scratch_bytes = checked_mul(
+      e.threads, checked_mul(e.scratch_floats_per_thread, sizeof(float), "attention scratch size"),
+      "attention scratch size");
   if (e.kv_cache_bytes + e.scratch_bytes < e.kv_cache_bytes)
     throw Error("cpu::Transformer: the memory estimate overflows");
   return e;
@@ -213,7 +212,7 @@ struct Transformer::State {
   std::vector<std::int32_t> tree_parents;             // extend_tree's whole tree, being built
   std::array<PackedInput, input_format_count> packs;  // the current input, per InputFormat
   std::vector<std::vector<float>>
-      scratch;  // per thread: attention scores [heads per K/V head][context] + [head_dim]
+      scratch;  // per thread: attention scores [heads per K/V head][context]
 
   // Whether the current step hands tasks to the pool's workers, chosen per kind of step from
   // measured times (ParallelismChooser): steps of 1, 2-4, 5-8 and 9-16 tokens. Longer steps
@@ -366,8 +365,7 @@ Transformer::Transformer(const ModelConfig& config, std::shared_ptr<const Weight
       s.kv_f16 = std::make_unique_for_overwrite<std::uint16_t[]>(kv_elements);
     else
       s.kv_f32 = std::make_unique_for_overwrite<float[]>(kv_elements);
-    s.scratch.resize(s.pool->size());
-    for (auto& v : s.scratch) v.resize(c.n_heads / c.n_kv_heads * context_length_ + c.head_dim);
+    s.scratch.assign(s.pool->size(), std::vector<float>(need.scratch_floats_per_thread));
   } catch (const std::bad_alloc&) {
     throw Error(fmt::format(
         "cpu::Transformer: cannot allocate {} for a context of {} positions: set a shorter "
@@ -438,6 +436,12 @@ Transformer::ThreadingStats Transformer::threading_stats() const noexcept {
     stats.alone += c.calls(false);
   }
   return stats;
+}
+
+std::size_t Transformer::scratch_bytes() const noexcept {
+  std::size_t bytes = 0;
+  for (const auto& v : state_->scratch) bytes += v.size() * sizeof(float);
+  return bytes;
 }
 
 std::size_t Transformer::kv_cache_bytes() const noexcept {

@@ -72,10 +72,11 @@ TEST_CASE("estimate_memory is what the constructor allocates", "[cpu][memory]") 
     CHECK(e.context_length == 100);
     CHECK(e.threads == 2);
     CHECK(e.kv_cache_bytes == c.n_layers * 2 * c.n_kv_heads * 100 * c.head_dim * element);
-    // Per thread: the scores of the query heads sharing a K/V head, and one head's row.
-    CHECK(e.scratch_bytes == 2 * (c.n_heads / c.n_kv_heads * 100 + c.head_dim) * sizeof(float));
+    // Per thread: the scores of the query heads sharing a K/V head.
+    CHECK(e.scratch_bytes == 2 * (c.n_heads / c.n_kv_heads * 100) * sizeof(float));
     const Transformer lm(tiny(), o);
     CHECK(lm.kv_cache_bytes() == e.kv_cache_bytes);
+    CHECK(lm.scratch_bytes() == e.scratch_bytes);
     CHECK(lm.context_length() == 100);
   }
   Options o;  // context 0: the model's own

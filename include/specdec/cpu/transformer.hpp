@@ -80,7 +80,11 @@ struct MemoryEstimate {
   std::size_t threads = 0;         ///< threads of the pool (Options::threads resolved)
   /// n_layers x 2 (K and V) x n_kv_heads x context_length x head_dim x 4 (f32) or 2 (f16) bytes
   std::size_t kv_cache_bytes = 0;
-  /// attention scores, one row per thread: threads x (context_length + head_dim) x 4 bytes
+  /// Floats of attention scratch per thread: the scores of the query heads that share a K/V head,
+  /// (n_heads / n_kv_heads) x context_length (AttentionArgs::scores). The constructor allocates
+  /// this, so the estimate and the allocation cannot drift apart.
+  std::size_t scratch_floats_per_thread = 0;
+  /// threads x scratch_floats_per_thread x 4 bytes
   std::size_t scratch_bytes = 0;
   [[nodiscard]] std::size_t total() const noexcept { return kv_cache_bytes + scratch_bytes; }
 };
@@ -195,6 +199,8 @@ class Transformer {
   [[nodiscard]] std::size_t threads() const noexcept;
   /// Bytes of the KV cache's allocation (its pages become resident as positions are used).
   [[nodiscard]] std::size_t kv_cache_bytes() const noexcept;
+  /// Bytes of the attention scratch, all threads' (MemoryEstimate::scratch_bytes).
+  [[nodiscard]] std::size_t scratch_bytes() const noexcept;
   /// Bytes of the repacked copy this Transformer reads (Options::repack_weights; 0 without one),
   /// the seconds its construction spent making it (0 when it shares another Transformer's
   /// copy), and where the copy starts (the same address for Transformers that share it).
