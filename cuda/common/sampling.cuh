@@ -234,24 +234,12 @@ struct BlockRowSampler {
     __syncthreads();
   }
   SPECDEC_DEVICE double total(const float* w) const {
-    __syncthreads();
-    (void)lane_order_block_sums<1>(
-        [&](int i, float(&v)[1]) {
-          v[0] = w[i];
-          return false;
-        },
-        vocab, sums);
+    block_sums(w);
     return sampling::detail::sum_of_blocks(SharedSums{sums}, static_cast<std::size_t>(vocab));
   }
   SPECDEC_DEVICE token_t sample_weights(const float* w, double total, double u) const {
     __shared__ token_t chosen;
-    __syncthreads();
-    (void)lane_order_block_sums<1>(
-        [&](int i, float(&v)[1]) {
-          v[0] = w[i];
-          return false;
-        },
-        vocab, sums);
+    block_sums(w);
     if (threadIdx.x == 0) {
       chosen = sampling::detail::inverse_cdf<float>(sampling::detail::PlainWeights<float>{w},
                                                     static_cast<std::size_t>(vocab), total, u,
@@ -259,6 +247,18 @@ struct BlockRowSampler {
     }
     __syncthreads();
     return chosen;
+  }
+
+ private:
+  /// sums[b] = w's lane-order sum over scan block b (after a barrier; ends with one).
+  SPECDEC_DEVICE void block_sums(const float* w) const {
+    __syncthreads();
+    (void)lane_order_block_sums<1>(
+        [&](int i, float(&v)[1]) {
+          v[0] = w[i];
+          return false;
+        },
+        vocab, sums);
   }
 };
 
