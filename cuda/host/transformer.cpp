@@ -20,7 +20,8 @@
 // beyond (activations converted to Options::weights' 16-bit type; matrices of another type
 // dequantised to it in row chunks of a scratch buffer before each product).
 // Steps with n <= 16 are captured into CUDA graphs (host/graph.hpp) keyed by (n, attention
-// splits, the key of appended work, tree or not) and replayed.
+// splits, the key of appended work, the tree nodes staged (0: not a tree step), the first logits
+// row written) and replayed.
 // Token trees (forward_tree, extend_tree): skinny steps (16 rows each, one for a tree of up to 16
 // nodes) whose rows are tree nodes, written to the slots after the prefix in node order; the rotary
 // kernel rotates each for its depth and the attention reads each row's path (kernels/attention.hpp,
