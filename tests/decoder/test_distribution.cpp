@@ -143,9 +143,11 @@ std::size_t cell_of(const std::vector<token_t>& tokens) {
   return cell;
 }
 
-/// Runs `generate(seed)` for every seed and checks its first kDepth tokens against `law`.
+/// Pearson's chi-square p-value of the first kDepth tokens of `generate(seed)` over every seed
+/// against `law`; `impossible`: how many runs gave a continuation of probability 0.
 template <class Generate>
-void check_law(const std::array<double, kCells>& law, Generate&& generate) {
+double law_p_value(const std::array<double, kCells>& law, Generate&& generate,
+                   std::uint64_t& impossible) {
   std::array<std::uint64_t, kCells> counts{};
   for (std::uint64_t seed = 0; seed < kSeeds; ++seed) {
     const std::vector<token_t> tokens = generate(seed);
@@ -154,10 +156,10 @@ void check_law(const std::array<double, kCells>& law, Generate&& generate) {
   }
   double statistic = 0;
   std::size_t cells = 0;
+  impossible = 0;
   for (std::size_t c = 0; c < kCells; ++c) {
     if (law[c] == 0) {
-      INFO("continuation " << c << " has probability 0");
-      CHECK(counts[c] == 0);
+      impossible += counts[c];
       continue;
     }
     const double expected = law[c] * static_cast<double>(kSeeds);
@@ -168,7 +170,17 @@ void check_law(const std::array<double, kCells>& law, Generate&& generate) {
   const double p_value = chi_square_tail(statistic, cells - 1);
   INFO("chi-square " << statistic << " with " << cells - 1
                      << " degrees of freedom, p = " << p_value);
+  return p_value;
+}
+
+/// Runs `generate(seed)` for every seed and checks its first kDepth tokens against `law`.
+template <class Generate>
+void check_law(const std::array<double, kCells>& law, Generate&& generate) {
+  std::uint64_t impossible = 0;
+  const double p_value = law_p_value(law, generate, impossible);
+  INFO("chi-square p = " << p_value);
   CHECK(p_value > kSignificance);
+  CHECK(impossible == 0);
 }
 
 GenerationConfig sampling_config(const SamplingParams& params, std::uint64_t seed) {
@@ -190,17 +202,91 @@ std::vector<token_t> suffix_tree_tokens(const ToyModel& target_model,
   return dec.generate(prompt, config).tokens;
 }
 
-/// The tokens of draft model trees of up to 5 nodes (every node verified).
+/// The tokens of draft model trees of up to 5 nodes (every node verified; at temperature > 0 the
+/// children are drawn from the draft without replacement).
+/// node_cost > 0: the cost model's guess instead, a target step plus node_cost a node, which
+/// cuts the trees (the first n where a node stops paying, for sampled candidates).
 std::vector<token_t> model_tree_tokens(const ToyModel& target_model, const ToyModel& draft_model,
                                        const std::vector<token_t>& prompt,
-                                       const GenerationConfig& config) {
+                                       const GenerationConfig& config, double node_cost = 0) {
   MockLM target = target_model.lm();
   MockLM draft = draft_model.lm();
   specdec::ModelTreeDrafter<MockLM> trees(draft, {.branch = 2, .expand = 2, .max_depth = 3});
   SpeculativeOptions options;
   options.max_tree_nodes = 5;
-  options.tree_cost.assign(6, 1.0);
+  if (node_cost > 0)
+    options.tree_node_cost = node_cost;
+  else
+    options.tree_cost.assign(6, 1.0);
   specdec::SpeculativeDecoder dec(trees, target, options);
+  return dec.generate(prompt, config).tokens;
+}
+
+/// A wrong tree drafter, for the mutation checks: ModelTreeDrafter's sampled trees, changed by
+/// `mutate` before the session verifies them.
+template <class Mutate>
+class MutatedTrees {
+ public:
+  MutatedTrees(specdec::ModelTreeDrafter<MockLM>& inner, Mutate mutate)
+      : inner_(&inner), mutate_(std::move(mutate)) {}
+  [[nodiscard]] std::size_t vocab_size() const { return inner_->vocab_size(); }
+  [[nodiscard]] std::size_t max_draft(std::size_t n) const { return inner_->max_draft(n); }
+  void start(std::span<const token_t> prompt) { inner_->start(prompt); }
+  void extend(std::span<const token_t> sequence) { inner_->extend(sequence); }
+  void keep(std::size_t n) { inner_->keep(n); }
+  const specdec::DraftTree& draft_tree(std::span<const token_t> sequence, std::size_t n) {
+    return inner_->draft_tree(sequence, n);
+  }
+  template <class S>
+  const specdec::DraftTree& draft_tree(std::span<const token_t> sequence, std::size_t n,
+                                       S& sampler) {
+    tree_ = inner_->draft_tree(sequence, n, sampler);
+    mutate_(tree_);
+    return tree_;
+  }
+  template <class S>
+  specdec::DraftResult draft(std::span<const token_t> sequence, std::size_t k, S& sampler) {
+    return inner_->draft(sequence, k, sampler);
+  }
+
+ private:
+  specdec::ModelTreeDrafter<MockLM>* inner_;
+  Mutate mutate_;
+  specdec::DraftTree tree_;
+};
+
+/// The tree without the nodes `drop` selects and their subtrees.
+template <class Drop>
+void remove_nodes(specdec::DraftTree& tree, Drop&& drop) {
+  specdec::DraftTree kept = tree;
+  kept.tokens.clear();
+  kept.parents.clear();
+  kept.scores.clear();
+  kept.q_rows.assign(1, tree.q_rows.at(0));
+  std::vector<std::int32_t> renumbered(tree.size(), -1);
+  for (std::size_t i = 0; i < tree.size(); ++i) {
+    const std::int32_t parent = tree.parents[i];
+    if (parent >= 0 && renumbered[static_cast<std::size_t>(parent)] < 0) continue;
+    if (drop(tree, i)) continue;
+    renumbered[i] = static_cast<std::int32_t>(kept.size());
+    kept.tokens.push_back(tree.tokens[i]);
+    kept.parents.push_back(parent < 0 ? -1 : renumbered[static_cast<std::size_t>(parent)]);
+    kept.scores.push_back(tree.scores[i]);
+    kept.q_rows.push_back(tree.q_rows[i + 1]);
+  }
+  tree = std::move(kept);
+}
+
+/// The tokens of draft model trees of up to 5 nodes, each changed by `mutate`.
+template <class Mutate>
+std::vector<token_t> mutated_tree_tokens(const ToyModel& target_model, const ToyModel& draft_model,
+                                         const std::vector<token_t>& prompt,
+                                         const GenerationConfig& config, Mutate mutate) {
+  MockLM target = target_model.lm();
+  MockLM draft = draft_model.lm();
+  specdec::ModelTreeDrafter<MockLM> inner(draft, {.branch = 2, .expand = 2, .max_depth = 3});
+  MutatedTrees<Mutate> trees(inner, std::move(mutate));
+  specdec::SpeculativeDecoder dec(trees, target, SpeculativeOptions{.max_tree_nodes = 5});
   return dec.generate(prompt, config).tokens;
 }
 
@@ -268,6 +354,12 @@ TEST_CASE("speculative sampling has the target's law (first 3 tokens, V = 4)", "
   }
   const SamplingParams plain{};
   const auto law = exact_law(target_model, prompt, plain);
+  SECTION("draft model trees cut by the cost model (a node costs 0.3 target steps)") {
+    check_law(law, [&](std::uint64_t seed) {
+      return model_tree_tokens(target_model, draft_model, prompt, sampling_config(plain, seed),
+                               0.3);
+    });
+  }
   SECTION("draft model, adaptive k") {
     check_law(law, [&](std::uint64_t seed) {
       MockLM target = target_model.lm();
@@ -337,6 +429,44 @@ TEST_CASE("the first drafted token is accepted with probability sum min(p, q)", 
       return r.rounds[0].accepted;
     });
   }
+  SECTION("draft model tree: two candidates drawn without replacement") {
+    // The first candidate x ~ q is accepted with probability min(1, p(x) / q(x)), as in a chain.
+    // After its rejection the residual is w = max(0, p - q) / (1 - alpha) and the second
+    // candidate y ~ q without x, r(y) = q(y) / (1 - q(x)), is accepted with probability
+    // min(1, w(y) / r(y)); so P(a candidate is accepted) =
+    //   alpha + sum_x q(x) (1 - min(1, p(x) / q(x))) sum_(y != x) min(r(y), w(y)).
+    // A point-mass verifier (p(x)) or a remainder left unnormalised (r = q) gives other rates.
+    double alpha = 0;
+    for (std::size_t x = 0; x < kVocab; ++x) alpha += std::min(p0[x], q0[x]);
+    double either = alpha;
+    for (std::size_t x = 0; x < kVocab; ++x) {
+      if (q0[x] == 0) continue;
+      double second = 0;
+      for (std::size_t y = 0; y < kVocab; ++y) {
+        if (y == x) continue;
+        const double r = q0[y] / (1 - q0[x]);
+        const double w = std::max(0.0, p0[y] - q0[y]) / (1 - alpha);
+        second += std::min(r, w);
+      }
+      either += q0[x] * (1 - std::min(1.0, p0[x] / q0[x])) * second;
+    }
+    const auto first_round = [&](std::uint64_t seed) {
+      MockLM target = target_model.lm();
+      MockLM draft = draft_model.lm();
+      specdec::ModelTreeDrafter<MockLM> trees(draft, {.branch = 2, .expand = 1, .max_depth = 1});
+      specdec::SpeculativeDecoder dec(trees, target, SpeculativeOptions{.max_tree_nodes = 2});
+      GenerationConfig cfg = sampling_config(params, seed);
+      cfg.record_rounds = true;
+      const auto r = dec.generate(prompt, cfg);
+      REQUIRE(r.rounds.at(0).tree_parents == std::vector<std::int32_t>{-1, -1});
+      return r.rounds[0];
+    };
+    check_rate(alpha, [&](std::uint64_t seed) {
+      const specdec::RoundRecord round = first_round(seed);
+      return round.accepted == 1 && round.accepted_nodes.at(0) == 0;
+    });
+    check_rate(either, [&](std::uint64_t seed) { return first_round(seed).accepted == 1; });
+  }
   SECTION("n-gram drafter") {
     // The suffix 0 1 occurred at the start, followed by 2: the proposal is 2.
     check_rate(p0[2], [&](std::uint64_t seed) {
@@ -348,6 +478,53 @@ TEST_CASE("the first drafted token is accepted with probability sum min(p, q)", 
       const auto r = dec.generate(prompt, cfg);
       REQUIRE(r.rounds.at(0).drafted == std::vector<token_t>{2});
       return r.rounds[0].accepted;
+    });
+  }
+}
+
+// The mutation checks of the sampled draft trees: the plumbing between the drafter, the session
+// and the verifier, done wrong in three ways, must fail the chi-square test above (the rules
+// themselves have their mutation checks in tests/sampling/test_verify_tree.cpp). Each wrong law
+// must be rejected at p < 1e-6 (the correct one passes at 1e-3 above, with the same seeds).
+TEST_CASE("sampled draft trees: the law test sees wrong plumbing", "[decoder]") {
+  const ToyModel target_model(11);
+  const ToyModel draft_model(12);
+  const std::vector<token_t> prompt{0, 1, 2, 0, 1};
+  const SamplingParams params{};
+  const auto law = exact_law(target_model, prompt, params);
+  const auto rejected = [&](auto mutate) {
+    std::uint64_t impossible = 0;
+    const double p_value = law_p_value(
+        law,
+        [&](std::uint64_t seed) {
+          return mutated_tree_tokens(target_model, draft_model, prompt,
+                                     sampling_config(params, seed), mutate);
+        },
+        impossible);
+    INFO("p = " << p_value << ", impossible continuations " << impossible);
+    CHECK((p_value < 1e-6 || impossible > 0));
+  };
+  SECTION("every node verified against the root's row of q") {
+    rejected([](specdec::DraftTree& tree) {
+      for (std::int32_t& row : tree.q_rows)
+        if (row >= 0) row = tree.q_rows[0];
+    });
+  }
+  SECTION("draws without replacement verified as draws with replacement") {
+    rejected([](specdec::DraftTree& tree) {
+      tree.proposal = specdec::sampling::TreeProposal::sampled_with_replacement;
+    });
+  }
+  SECTION("a later sibling kept only when its own draft probability is high") {
+    // llama.cpp's --draft-p-split on the drawn token: the cut then depends on the draw.
+    rejected([](specdec::DraftTree& tree) {
+      remove_nodes(tree, [](const specdec::DraftTree& t, std::size_t i) {
+        const std::int32_t parent = t.parents[i];
+        const bool first_child =
+            std::find(t.parents.begin(), t.parents.end(), parent) - t.parents.begin() ==
+            static_cast<std::ptrdiff_t>(i);
+        return !first_child && t.q_row(parent)[static_cast<std::size_t>(t.tokens[i])] < 0.3f;
+      });
     });
   }
 }

@@ -3,7 +3,11 @@
 // round (the cache always the sequence minus its last token), the round records hold the tree
 // and the kept path, a token budget prunes the tree, penalties and logit bias are applied per
 // node (greedy tokens and log-probabilities equal target-only), and the combinations that cannot
-// work are refused by name. The law of sampled tree rounds: test_distribution.cpp.
+// work are refused by name; at temperature > 0 a draft model's tree holds candidates drawn from
+// its processed distribution, with those rows. The law of sampled tree rounds:
+// test_distribution.cpp.
+#include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -327,4 +331,74 @@ TEST_CASE("draft model trees stay within the tree a model holds (max_tree_nodes)
   options.max_tree_nodes = 255;
   specdec::SpeculativeDecoder dec(trees, target, options);
   CHECK(dec.generate(prompt, greedy(30)).tokens == expected);
+}
+
+TEST_CASE(
+    "draft model trees at temperature > 0: distinct drawn candidates, each parent's processed "
+    "row of q, scores from q's ranked probabilities",
+    "[decoder][tree]") {
+  const Markov draft_model(32);
+  MockLM draft = draft_model.lm(128);
+  const std::vector<token_t> prompt{1, 2, 3, 4, 5};
+  const specdec::sampling::SamplingParams params{0.8f, 0, 0.95f, 0.0f};
+  std::size_t sampled_second = 0;  // trees whose root's second candidate is not q's second best
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    INFO("seed " << seed);
+    specdec::ModelTreeDrafter<MockLM> trees(
+        draft, {.branch = 3, .expand = 2, .max_depth = 3, .min_score = 0.0f});
+    specdec::HostSampler sampler(draft.vocab_size(), 4);
+    sampler.begin(params, seed);
+    sampler.begin_round(prompt.back());
+    trees.start(prompt);
+    const specdec::DraftTree& tree = trees.draft_tree(prompt, 12, sampler);
+    REQUIRE(tree.proposal == specdec::sampling::TreeProposal::sampled_without_replacement);
+    REQUIRE(tree.vocab == draft.vocab_size());
+    REQUIRE(tree.q_rows.size() == tree.size() + 1);
+    REQUIRE(tree.size() == 12);
+    std::vector<std::vector<token_t>> paths(tree.size());  // each node's path, node last
+    for (std::size_t i = 0; i < tree.size(); ++i) {
+      const std::int32_t parent = tree.parents[i];
+      std::vector<token_t> before =
+          parent < 0 ? std::vector<token_t>{} : paths[static_cast<std::size_t>(parent)];
+      paths[i] = before;
+      paths[i].push_back(tree.tokens[i]);
+      // The parent's row is the draft's processed row after the path to it, bit for bit.
+      std::vector<token_t> prefix = prompt;
+      prefix.insert(prefix.end(), before.begin(), before.end());
+      const std::vector<float> q =
+          specdec::sampling::process_logits<float>(draft.logits_of(prefix), params);
+      const std::span<const float> row = tree.q_row(parent);
+      REQUIRE(row.size() == q.size());
+      CHECK(std::equal(row.begin(), row.end(), q.begin()));
+      CHECK(q[static_cast<std::size_t>(tree.tokens[i])] > 0);
+      // The c-th child (in drawing order) has the c-th largest probability as its factor, and
+      // siblings are distinct.
+      std::size_t c = 0;
+      for (std::size_t j = 0; j < i; ++j) {
+        if (tree.parents[j] != parent) continue;
+        CHECK(tree.tokens[j] != tree.tokens[i]);
+        ++c;
+      }
+      std::vector<float> sorted = q;
+      std::sort(sorted.begin(), sorted.end(), std::greater<>());
+      const float parent_score = parent < 0 ? 1.0f : tree.scores[static_cast<std::size_t>(parent)];
+      CHECK(tree.scores[i] == parent_score * sorted[c]);
+      if (parent < 0 && c == 1 &&
+          tree.tokens[i] != static_cast<token_t>(
+                                std::distance(q.begin(), std::find(q.begin(), q.end(), sorted[1]))))
+        ++sampled_second;
+      if (i > 0) CHECK(tree.scores[i] <= tree.scores[i - 1]);  // best-first
+    }
+  }
+  CHECK(sampled_second > 0);  // drawn, not chosen: the second candidate varies
+  // Greedy decoding, or no sampler: the most likely tokens, point masses, no rows.
+  specdec::ModelTreeDrafter<MockLM> trees(draft, {.branch = 3, .expand = 2, .max_depth = 3});
+  specdec::HostSampler sampler(draft.vocab_size(), 4);
+  sampler.begin(specdec::sampling::SamplingParams{0.0f}, 0);
+  sampler.begin_round(prompt.back());
+  trees.start(prompt);
+  CHECK(trees.draft_tree(prompt, 12, sampler).proposal ==
+        specdec::sampling::TreeProposal::point_mass);
+  CHECK(trees.draft_tree(prompt, 12, sampler).q.empty());
+  CHECK(trees.draft_tree(prompt, 12).proposal == specdec::sampling::TreeProposal::point_mass);
 }

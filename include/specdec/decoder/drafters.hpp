@@ -436,14 +436,23 @@ struct ModelTreeOptions {
   float split = 0.0f;
 };
 
-/// A draft model proposing token trees (the dynamic trees of EAGLE-2, without its feature head):
-/// the draft's distribution at an expanded node gives its `branch` most likely tokens as children,
-/// each scored by its path's probability under the draft (the product of the draft's
-/// probabilities along the path: the stand-in for the chance that the target accepts it). Each
-/// level expands the `expand` best-scored nodes of the level before (those above min_score),
-/// for at most max_depth levels. The children are chosen, not sampled: point masses, which the
-/// tree verifier accepts exactly at any temperature (docs/math.md 3.6). The nodes go out
-/// best-first, so the session's cost model can keep the prefix that pays.
+/// A draft model proposing token trees (the dynamic trees of EAGLE-2, without its feature head).
+/// Each level expands the `expand` best-scored nodes of the level before (those above
+/// min_score), for at most max_depth levels; the draft's distribution at an expanded node gives
+/// it up to `branch` children. How, depends on the decoding:
+///  - greedy, or a sampler that cannot draw candidates (draft_tree without a sampler): the
+///    `branch` most likely tokens, point masses, each scored by its path's probability under the
+///    draft (the product of the draft's probabilities along the path: the stand-in for the chance
+///    that the target accepts it);
+///  - temperature > 0 with a SampledTreeSampler (the host's): `branch` distinct tokens drawn from
+///    the draft's processed distribution q without replacement, verified with the recursive
+///    rule for such draws (sampling/tree_verify.hpp), which accepts the first with probability
+///    min(1, p/q) like a chain, not p. The c-th child's score is its parent's times the c-th
+///    largest probability of q, not the drawn token's: which nodes are kept, expanded or cut
+///    must not depend on the tokens drawn, or the draws would no longer have q's law
+///    (docs/math.md 3.7). split applies to those ranked probabilities.
+/// Either way the verifier is exact at any temperature (docs/math.md 3.6). The nodes go out
+/// best-first (siblings in the order they were drawn), so a prefix keeps every node's parent.
 ///
 /// Bookkeeping: as with ModelDrafter, the draft model's cache holds a prefix of the sequence. A
 /// round feeds what it has not consumed (ending with the sequence's last token, whose row is the
@@ -489,9 +498,45 @@ class ModelTreeDrafter {
     }
   }
 
-  /// This round's tree: at most max_nodes nodes, best-first.
+  /// This round's tree of point masses: at most max_nodes nodes, best-first.
   const DraftTree& draft_tree(std::span<const token_t> sequence, std::size_t max_nodes) {
-    tree_ = DraftTree{};
+    return grow<HostSampler>(sequence, max_nodes, nullptr);
+  }
+
+  /// This round's tree for a session whose sampler is `sampler`: sampled candidates when it can
+  /// draw them and the decoding samples, else point masses.
+  template <class S>
+  const DraftTree& draft_tree(std::span<const token_t> sequence, std::size_t max_nodes,
+                              S& sampler) {
+    if constexpr (SampledTreeSampler<S>) {
+      if (!sampler.params().greedy()) return grow(sequence, max_nodes, &sampler);
+    }
+    return draft_tree(sequence, max_nodes);
+  }
+
+  /// The tree's best path as a chain of at most k point masses, for a target that verifies
+  /// chains only.
+  template <RoundSampler S>
+  DraftResult draft(std::span<const token_t> sequence, std::size_t k, S& sampler) {
+    return detail::draft_best_path(*this, sequence, k, sampler, chain_);
+  }
+
+  /// Draft model forwards of the last draft_tree().
+  [[nodiscard]] std::size_t forward_passes() const noexcept { return forwards_; }
+  [[nodiscard]] M& model() { return *model_; }
+  [[nodiscard]] const Options& options() const noexcept { return options_; }
+
+ private:
+  /// A node of the model's pending tree (extend_tree order): its token and parent there.
+  struct Pending {
+    token_t token;
+    std::int32_t parent;
+  };
+
+  /// The tree of a round: point masses when `sampler` is null, else candidates it draws.
+  template <class S>
+  const DraftTree& grow(std::span<const token_t> sequence, std::size_t max_nodes, S* sampler) {
+    tree_.clear();
     forwards_ = 0;
     const std::size_t length = sequence.size();
     max_nodes = std::min(max_nodes, max_draft(length));
@@ -506,9 +551,39 @@ class ModelTreeDrafter {
     std::vector<float> scores;
     std::vector<std::size_t> level_of;
     std::vector<std::int32_t> in_model;
+    std::vector<std::int32_t> q_row_of;  // sampled: the q row of each node's children (-1: none)
+    std::int32_t root_q_row = -1;
     const std::size_t budget = std::min(max_draft(length), 4 * max_nodes);  // nodes created
     const auto add_children = [&](std::span<const float> row, std::int32_t parent, float score,
                                   std::size_t level, std::size_t position) {
+      if (sampler != nullptr) {
+        // Candidates drawn from q, scored by q's ranked probabilities (see the class comment).
+        const std::size_t vocab = vocab_size();
+        const auto at = static_cast<std::int32_t>(tree_.q.size() / vocab);
+        tree_.q.resize(tree_.q.size() + vocab);
+        (parent < 0 ? root_q_row : q_row_of[static_cast<std::size_t>(parent)]) = at;
+        path_tokens_.clear();
+        for (std::int32_t a = parent; a >= 0; a = parents[static_cast<std::size_t>(a)])
+          path_tokens_.push_back(tokens[static_cast<std::size_t>(a)]);
+        std::reverse(path_tokens_.begin(), path_tokens_.end());
+        drawn_.resize(options_.branch);
+        ranked_.resize(options_.branch);
+        const std::size_t drawn = sampler->draw_candidates(
+            row, path_tokens_, position,
+            std::span<float>(tree_.q).subspan(static_cast<std::size_t>(at) * vocab, vocab), drawn_,
+            ranked_);
+        for (std::size_t c = 0; c < drawn; ++c) {
+          if (tokens.size() == budget) return;
+          if (c > 0 && ranked_[c] < options_.split) return;
+          tokens.push_back(drawn_[c]);
+          parents.push_back(parent);
+          scores.push_back(score * ranked_[c]);
+          level_of.push_back(level);
+          in_model.push_back(-1);
+          q_row_of.push_back(-1);
+        }
+        return;
+      }
       detail::top_tokens(row, options_.branch, "draft model", position, top_, work_);
       for (std::size_t c = 0; c < top_.size(); ++c) {
         const auto [token, p] = top_[c];
@@ -519,6 +594,7 @@ class ModelTreeDrafter {
         scores.push_back(score * p);
         level_of.push_back(level);
         in_model.push_back(-1);
+        q_row_of.push_back(-1);
       }
     };
     {
@@ -569,6 +645,11 @@ class ModelTreeDrafter {
                      [&](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
     if (order.size() > max_nodes) order.resize(max_nodes);
     std::vector<std::int32_t> renumbered(tokens.size(), -1);
+    if (sampler != nullptr) {
+      tree_.proposal = sampling::TreeProposal::sampled_without_replacement;
+      tree_.vocab = vocab_size();
+      tree_.q_rows.assign(1, root_q_row);
+    }
     for (const std::size_t i : order) {
       const std::int32_t parent =
           parents[i] < 0 ? -1 : renumbered[static_cast<std::size_t>(parents[i])];
@@ -577,28 +658,10 @@ class ModelTreeDrafter {
       tree_.tokens.push_back(tokens[i]);
       tree_.parents.push_back(parent);
       tree_.scores.push_back(scores[i]);
+      if (sampler != nullptr) tree_.q_rows.push_back(q_row_of[i]);
     }
     return tree_;
   }
-
-  /// The tree's best path as a chain of at most k point masses, for a target that verifies
-  /// chains only.
-  template <RoundSampler S>
-  DraftResult draft(std::span<const token_t> sequence, std::size_t k, S& sampler) {
-    return detail::draft_best_path(*this, sequence, k, sampler, chain_);
-  }
-
-  /// Draft model forwards of the last draft_tree().
-  [[nodiscard]] std::size_t forward_passes() const noexcept { return forwards_; }
-  [[nodiscard]] M& model() { return *model_; }
-  [[nodiscard]] const Options& options() const noexcept { return options_; }
-
- private:
-  /// A node of the model's pending tree (extend_tree order): its token and parent there.
-  struct Pending {
-    token_t token;
-    std::int32_t parent;
-  };
 
   /// Keeps, of the tree the last round left pending in the model, the path that `sequence`
   /// follows (the tokens after the round's sequence, except the newest, which is fed to get the
@@ -635,6 +698,9 @@ class ModelTreeDrafter {
   std::vector<token_t> level_tokens_;
   std::vector<std::int32_t> level_parents_;
   std::vector<std::size_t> path_;
+  std::vector<token_t> path_tokens_;  ///< sampled: the tokens of an expanded node's path
+  std::vector<token_t> drawn_;        ///< sampled: a node's candidates, in the order drawn
+  std::vector<float> ranked_;         ///< sampled: q's largest probabilities, their scores
 };
 
 // ------------------------------------------------------------------------ LookupThenModelDrafter
@@ -688,7 +754,8 @@ class LookupThenModelDrafter {
 /// Suffix decoding first, the draft model's tree when the suffix match is weak: a round proposes
 /// the suffix drafter's tree when its scores add up to at least min_suffix_tokens (the tokens it
 /// expects accepted: a stretch of an edited file, an earlier response), else the draft model's
-/// tree (ModelTreeDrafter). Either is a tree of point masses, so verification stays exact. A
+/// tree (ModelTreeDrafter: sampled candidates at temperature > 0). Each round's tree is one or
+/// the other, and says how it was proposed, so verification stays exact. A
 /// suffix round costs no draft forward; the model catches up on its tokens the next time it
 /// drafts.
 template <HostTreeCausalLM M>
@@ -714,15 +781,16 @@ class SuffixThenModelDrafter {
   void keep(std::size_t n) { model_.keep(n); }
 
   const DraftTree& draft_tree(std::span<const token_t> sequence, std::size_t max_nodes) {
-    const DraftTree& tree = suffix_.draft_tree(sequence, max_nodes);
-    float expected = 0;
-    for (const float s : tree.scores) expected += s;
-    from_model_ = tree.empty() || expected < min_suffix_tokens_;
-    if (!from_model_) {
-      ++suffix_rounds_;
-      return tree;
-    }
-    return model_.draft_tree(sequence, max_nodes);
+    HostSampler* no_sampler = nullptr;
+    return draft_tree_with(sequence, max_nodes, no_sampler);
+  }
+  /// The same, the model's tree of sampled candidates where `sampler` can draw them
+  /// (ModelTreeDrafter::draft_tree).
+  template <class S>
+  const DraftTree& draft_tree(std::span<const token_t> sequence, std::size_t max_nodes,
+                              S& sampler) {
+    S* with = &sampler;
+    return draft_tree_with(sequence, max_nodes, with);
   }
   /// The tree's best path, for a target that verifies chains only.
   template <RoundSampler S>
@@ -740,6 +808,21 @@ class SuffixThenModelDrafter {
   [[nodiscard]] SuffixDrafter& suffix() noexcept { return suffix_; }
 
  private:
+  template <class S>
+  const DraftTree& draft_tree_with(std::span<const token_t> sequence, std::size_t max_nodes,
+                                   S* sampler) {
+    const DraftTree& tree = suffix_.draft_tree(sequence, max_nodes);
+    float expected = 0;
+    for (const float s : tree.scores) expected += s;
+    from_model_ = tree.empty() || expected < min_suffix_tokens_;
+    if (!from_model_) {
+      ++suffix_rounds_;
+      return tree;
+    }
+    if (sampler == nullptr) return model_.draft_tree(sequence, max_nodes);
+    return model_.draft_tree(sequence, max_nodes, *sampler);
+  }
+
   SuffixDrafter suffix_;
   ModelTreeDrafter<M> model_;
   float min_suffix_tokens_;

@@ -194,9 +194,25 @@ class HostSampler {
   /// chain's rows are adjusted for the drafted tokens before them.
   TreeVerdict verify_tree(const LogitsView& target, std::span<const token_t> tokens,
                           std::span<const std::int32_t> parents, std::size_t position) {
+    return verify_tree(target, tokens, parents, position, sampling::TreeProposal::point_mass, {});
+  }
+
+  /// The same for a tree whose children were drawn by `proposal` (SampledTreeSampler): q (n x V,
+  /// the tree's order) holds row i = the processed draft row node i's children were drawn from
+  /// (draw_candidates); rows of nodes without children are not read. Empty for point masses.
+  /// Greedy decoding ignores q: the argmax walk is exact for any proposal.
+  TreeVerdict verify_tree(const LogitsView& target, std::span<const token_t> tokens,
+                          std::span<const std::int32_t> parents, std::size_t position,
+                          sampling::TreeProposal proposal, std::span<const float> q) {
     const std::size_t n = tokens.size();
     detail::check_logits(target, n, vocab_, "target model");
-    sampling::validate_tree(tokens, parents, vocab_, sampling::TreeProposal::point_mass);
+    sampling::validate_tree(tokens, parents, vocab_, proposal);
+    const bool sampled = proposal != sampling::TreeProposal::point_mass;
+    if (sampled != !q.empty() || (sampled && q.size() != n * vocab_))
+      throw Error("HostSampler::verify_tree: " + std::to_string(q.size()) +
+                  " draft probabilities for a tree of " + std::to_string(n) + " nodes and " +
+                  (sampled ? "sampled" : "point-mass") + " proposals (need " +
+                  std::to_string(sampled ? n * vocab_ : 0) + ")");
     const auto t0 = std::chrono::steady_clock::now();
     tree_depths(parents, depth_);  // a node's position is position + its depth (error messages)
     token_t next = -1;
@@ -220,9 +236,8 @@ class HostSampler {
         process(tree_row(target.row(i), tokens, parents, i),
                 std::span<float>(p_.data() + i * vocab_, vocab_), "target model",
                 position + depth_[i]);
-      sampling::TreeVerifyResult r =
-          sampling::verify_tree<float>(std::span<const float>(p_), {}, tokens, parents, vocab_,
-                                       sampling::TreeProposal::point_mass, target_rng_);
+      sampling::TreeVerifyResult r = sampling::verify_tree<float>(
+          std::span<const float>(p_), q, tokens, parents, vocab_, proposal, target_rng_);
       tree_path_ = std::move(r.path);
       next = r.next;
     }
@@ -246,6 +261,54 @@ class HostSampler {
     return TreeVerdict{tree_path_, next, leaf,
                        logprobs_on_ ? std::span<const sampling::TokenLogprob>(logprobs_)
                                     : std::span<const sampling::TokenLogprob>()};
+  }
+
+  /// Tree drafting with sampled candidates (SampledTreeSampler), at temperature > 0: processes a
+  /// draft model's row of logits, for the node whose path from the round's root is `path` (the
+  /// penalties' context: the round's history and the path), into q (V floats, kept by the caller
+  /// for verify_tree), and draws up to drawn.size() distinct tokens from it without replacement
+  /// (each draw from q with the earlier draws removed; the draft stream, one uniform a draw).
+  /// ranked[c] is set to the (c + 1)-th largest probability of q, a score for the c-th candidate
+  /// that does not depend on which token was drawn (so that a drafter choosing nodes by it keeps
+  /// the draws' law; docs/math.md 3.7). Returns how many were drawn: fewer when q has fewer
+  /// tokens of nonzero probability. `position`: the node's position, for the errors.
+  std::size_t draw_candidates(std::span<const float> logits, std::span<const token_t> path,
+                              std::size_t position, std::span<float> q, std::span<token_t> drawn,
+                              std::span<float> ranked) {
+    if (params_.greedy())
+      throw Error("HostSampler::draw_candidates: greedy decoding proposes point masses");
+    if (logits.size() != vocab_ || q.size() != vocab_ || ranked.size() < drawn.size())
+      throw Error("HostSampler::draw_candidates: a row of " + std::to_string(logits.size()) +
+                  " logits into " + std::to_string(q.size()) + " probabilities, with " +
+                  std::to_string(ranked.size()) + " scores for " + std::to_string(drawn.size()) +
+                  " candidates (the vocabulary has " + std::to_string(vocab_) + ")");
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::span<const float> row =
+        penalties_.active() ? penalised(logits, path.begin(), path.end()) : logits;
+    process(row, q, "draft model", position);
+    const std::size_t count = drawn.size();
+    // The largest probabilities, a small sorted list (count is a few).
+    std::fill(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(count), 0.0f);
+    for (const float v : q) {
+      if (count == 0 || v <= ranked[count - 1]) continue;
+      std::size_t at = count - 1;
+      for (; at > 0 && ranked[at - 1] < v; --at) ranked[at] = ranked[at - 1];
+      ranked[at] = v;
+    }
+    // Without replacement: a drawn token's entry is zeroed for the next draws (sample_from
+    // normalises by the remaining total), then restored: q stays the row the first was drawn
+    // from. The (c + 1)-th draw needs c + 1 tokens of nonzero probability, i.e. ranked[c] > 0.
+    std::size_t n = 0;
+    removed_.clear();
+    for (; n < count && ranked[n] > 0; ++n) {
+      drawn[n] = sampling::sample_from<float>(std::span<const float>(q), draft_rng_.next());
+      const auto x = static_cast<std::size_t>(drawn[n]);
+      removed_.push_back(q[x]);
+      q[x] = 0.0f;
+    }
+    for (std::size_t c = 0; c < n; ++c) q[static_cast<std::size_t>(drawn[c])] = removed_[c];
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return n;
   }
 
   double take_seconds() { return std::exchange(seconds_, 0.0); }
@@ -470,6 +533,7 @@ class HostSampler {
   std::vector<std::size_t> emitted_rows_;         // [n + 1]: the target row of each
   std::vector<std::size_t> depth_;                // [tree nodes]: a tree's depths
   std::vector<std::size_t> tree_path_;            // the accepted path of the last tree
+  std::vector<float> removed_;                    // draw_candidates: the drawn tokens' q
   double seconds_ = 0;
 };
 
@@ -480,6 +544,7 @@ struct SamplerFor<Memory::host> {
 
 static_assert(RoundSampler<HostSampler>);
 static_assert(TreeSampler<HostSampler>);
+static_assert(SampledTreeSampler<HostSampler>);
 static_assert(SteppedDraftSampler<HostSampler>);
 
 }  // namespace specdec

@@ -380,13 +380,23 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
         std::size_t forwards = 0;  // the drafter's model forwards
         {
           ScopedTimer timer(seconds);
-          const DraftTree& tree =
-              drafter.draft_tree(std::span<const token_t>(sequence_), round_.draft_length);
+          const std::span<const token_t> sequence(sequence_);
+          const DraftTree& tree = [&]() -> const DraftTree& {
+            // A drafter that can draw from the sampler's distributions gets it (sampled trees).
+            if constexpr (requires { drafter.draft_tree(sequence, std::size_t{}, sampler_); })
+              return drafter.draft_tree(sequence, round_.draft_length, sampler_);
+            else
+              return drafter.draft_tree(sequence, round_.draft_length);
+          }();
           if constexpr (requires { drafter.forward_passes(); }) forwards = drafter.forward_passes();
           target_tree(tree, round_.draft_length, emitter_->remaining() - 1, forwards);
         }
         round_.draft_seconds = seconds;
-        draft_ = DraftResult{tree_tokens_.size() - 1, Proposal::point_mass, forwards};
+        draft_ =
+            DraftResult{tree_tokens_.size() - 1,
+                        tree_proposal_ == sampling::TreeProposal::point_mass ? Proposal::point_mass
+                                                                             : Proposal::sampled,
+                        forwards};
         return;
       }
     }
@@ -623,13 +633,28 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   }
 
   /// The target's tree for the drafter's `tree`: node 0 the sequence's last token, then the
-  /// drafter's nodes of depth < max_depth (at most max_nodes of them), parents renumbered; the
-  /// drafting took `draft_passes` draft forwards.
+  /// drafter's nodes of depth < max_depth (at most max_nodes of them), parents renumbered, cut
+  /// by the cost model; the drafting took `draft_passes` draft forwards. A sampled tree's rows
+  /// of q are gathered in the target tree's order (tree_q_).
   void target_tree(const DraftTree& tree, std::size_t max_nodes, std::size_t max_depth,
                    std::size_t draft_passes) {
     if (tree.parents.size() != tree.size())
       throw Error(std::string(name_) + ": the drafter's tree has " + std::to_string(tree.size()) +
                   " tokens but " + std::to_string(tree.parents.size()) + " parents");
+    tree_proposal_ = tree.proposal;
+    if (tree.sampled()) {
+      if constexpr (!SampledTreeSampler<Sampler>) {
+        throw Error(std::string(name_) +
+                    ": the drafter proposed a tree of sampled candidates, but this sampler "
+                    "verifies point masses only");
+      }
+      if (tree.vocab != target_->vocab_size() || tree.q_rows.size() != tree.size() + 1)
+        throw Error(std::string(name_) + ": the drafter's sampled tree has rows of " +
+                    std::to_string(tree.vocab) + " probabilities and " +
+                    std::to_string(tree.q_rows.size()) + " row indices for " +
+                    std::to_string(tree.size()) + " nodes (the target's vocabulary has " +
+                    std::to_string(target_->vocab_size()) + ")");
+    }
     tree_tokens_.assign(1, sequence_.back());
     tree_parents_.assign(1, -1);
     tree_depth_.assign(1, 0);
@@ -652,6 +677,12 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     }
     // The cost model: keep the first n nodes (a prefix keeps every node's parent) for the n that
     // maximises the expected tokens per unit of cost, (1 + sum of scores) / (C(n) + drafting).
+    // For sampled candidates, the first n where one more node stops paying instead: the best n
+    // overall depends on the scores of the nodes after n, among them a node's own descendants,
+    // whose scores follow from its drawn token (its q row); whether a node is kept would then
+    // depend on its own draw, and the draws would lose q's law (docs/math.md 3.7). The first
+    // local maximum decides a node's fate from the nodes before it, which never include its
+    // descendants or its later siblings (best-first order).
     std::size_t best = 0;
     double best_rate = 0, expected = 1;
     const double drafting = static_cast<double>(draft_passes) * options_.tree_draft_cost;
@@ -663,6 +694,8 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
       if (expected / cost > best_rate) {
         best_rate = expected / cost;
         best = n;
+      } else if (tree.sampled() && n > 0) {
+        break;
       }
     }
     tree_tokens_.resize(best + 1);
@@ -670,6 +703,29 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     tree_depth_.resize(best + 1);
     detail::check_proposal(std::span<const token_t>(tree_tokens_).subspan(1),
                            target_->vocab_size());
+    if (tree.sampled()) gather_q_rows(tree);
+  }
+
+  /// tree_q_ (n x V, the target tree's order) = the drafter's q rows of the target tree's nodes
+  /// that have children (the others are not read). Checks that each such node has its row.
+  void gather_q_rows(const DraftTree& tree) {
+    const std::size_t n = tree_tokens_.size(), vocab = tree.vocab;
+    tree_q_.resize(n * vocab);
+    tree_from_.assign(n, -1);  // target node -> drafter node (-1: the root)
+    for (std::size_t i = 0; i < tree_index_.size(); ++i)
+      if (tree_index_[i] >= 0 && static_cast<std::size_t>(tree_index_[i]) < n)
+        tree_from_[static_cast<std::size_t>(tree_index_[i])] = static_cast<std::int32_t>(i);
+    has_children_.assign(n, 0);
+    for (std::size_t t = 1; t < n; ++t)
+      has_children_[static_cast<std::size_t>(tree_parents_[t])] = 1;
+    for (std::size_t t = 0; t < n; ++t) {
+      if (has_children_[t] == 0) continue;
+      const std::span<const float> row = tree.q_row(tree_from_[t]);
+      if (row.empty())
+        throw Error(std::string(name_) + ": the drafter's sampled tree has no q row for node " +
+                    std::to_string(tree_from_[t]) + ", which has children");
+      std::copy(row.begin(), row.end(), tree_q_.begin() + static_cast<std::ptrdiff_t>(t * vocab));
+    }
   }
 
   /// Phase 3 of a tree round: verification, the accepted path kept in the target's cache
@@ -678,7 +734,15 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     TreeVerdict tree;
     {
       ScopedTimer timer(round_.sampling_seconds);
-      tree = sampler_.verify_tree(target_rows, tree_tokens_, tree_parents_, length_ - 1);
+      if constexpr (SampledTreeSampler<Sampler>) {
+        if (tree_proposal_ != sampling::TreeProposal::point_mass)
+          tree = sampler_.verify_tree(target_rows, tree_tokens_, tree_parents_, length_ - 1,
+                                      tree_proposal_, tree_q_);
+        else
+          tree = sampler_.verify_tree(target_rows, tree_tokens_, tree_parents_, length_ - 1);
+      } else {
+        tree = sampler_.verify_tree(target_rows, tree_tokens_, tree_parents_, length_ - 1);
+      }
     }
     (void)sampler_.take_seconds();  // counted by the timer
     tree_path_.assign(1, 0);
@@ -804,6 +868,11 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   std::vector<double> tree_score_;
   std::vector<std::int32_t> tree_index_;
   std::vector<std::size_t> tree_path_;
+  // A tree of sampled candidates: how its children were drawn, and the rows they were drawn from.
+  sampling::TreeProposal tree_proposal_ = sampling::TreeProposal::point_mass;
+  std::vector<float> tree_q_;               // [tree nodes][V]: rows of nodes with children
+  std::vector<std::int32_t> tree_from_;     // [tree nodes]: the drafter's node (-1: the root)
+  std::vector<std::uint8_t> has_children_;  // [tree nodes]
   std::vector<token_t> path_tokens_;
 };
 

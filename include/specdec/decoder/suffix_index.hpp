@@ -19,6 +19,10 @@
 // This is the idea of Snowflake's SuffixDecoding (Oliaro et al., 2024), written for specdec's
 // exact verification: the proposals are point masses, which the tree verifier accepts with
 // probability p(x) and whose residual is p without x (sampling/tree_verify.hpp).
+//
+// DraftTree, the proposal type of every tree drafter, is defined here too: the suffix index's
+// trees are point masses; a draft model's trees at temperature > 0 are sampled candidates and
+// carry the draft's distributions with them (ModelTreeDrafter, decoder/drafters.hpp).
 
 #include <algorithm>
 #include <cstddef>
@@ -33,18 +37,52 @@
 #include <vector>
 
 #include "specdec/common.hpp"
+#include "specdec/sampling/tree_verify.hpp"
 
 namespace specdec {
 
 /// A proposed token tree: node i is tokens[i], its parent parents[i] (-1: it directly follows the
 /// context), parents[i] < i; score[i] is the estimated probability that the path to node i is
-/// the continuation (the product of the empirical frequencies along it).
+/// the continuation (the product of the empirical frequencies along it). The children of a node
+/// are in the order they were proposed, which is the order the verifier tries them.
+///
+/// How the children were proposed (`proposal`): point masses (deterministic continuations: the
+/// suffix index, a draft model's most likely tokens), or drawn from a distribution without
+/// replacement (a draft model sampling at temperature > 0). A sampled tree carries those
+/// distributions, rows of `vocab` floats in `q`:
+///   q_rows  [1 + size()]  q_rows[0]: the row the context's children were drawn from;
+///                         q_rows[i + 1]: node i's children's row; -1 where there are no children;
+///   q       [rows][vocab] the rows, in the drafter's order.
 struct DraftTree {
   std::vector<token_t> tokens;
   std::vector<std::int32_t> parents;
   std::vector<float> scores;
+  sampling::TreeProposal proposal = sampling::TreeProposal::point_mass;
+  std::vector<std::int32_t> q_rows;
+  std::vector<float> q;
+  std::size_t vocab = 0;
+
   [[nodiscard]] std::size_t size() const noexcept { return tokens.size(); }
   [[nodiscard]] bool empty() const noexcept { return tokens.empty(); }
+  [[nodiscard]] bool sampled() const noexcept {
+    return proposal != sampling::TreeProposal::point_mass;
+  }
+  /// The row node i's children were drawn from (i = -1: the context's), or empty.
+  [[nodiscard]] std::span<const float> q_row(std::int32_t node) const {
+    const std::size_t at = static_cast<std::size_t>(node + 1);
+    if (at >= q_rows.size() || q_rows[at] < 0) return {};
+    return std::span<const float>(q).subspan(static_cast<std::size_t>(q_rows[at]) * vocab, vocab);
+  }
+  /// An empty point-mass tree that keeps its storage (q's rows are large).
+  void clear() noexcept {
+    tokens.clear();
+    parents.clear();
+    scores.clear();
+    proposal = sampling::TreeProposal::point_mass;
+    q_rows.clear();
+    q.clear();
+    vocab = 0;
+  }
 };
 
 /// How a proposal is shaped: at most max_nodes nodes, each with a score of at least min_score,

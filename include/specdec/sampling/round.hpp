@@ -38,6 +38,7 @@
 #include "specdec/sampling/logprobs.hpp"
 #include "specdec/sampling/penalties.hpp"
 #include "specdec/sampling/process.hpp"
+#include "specdec/sampling/tree_verify.hpp"
 
 namespace specdec {
 
@@ -92,6 +93,22 @@ template <class S>
 concept TreeSampler = requires(S& s, const LogitsView& rows, std::span<const token_t> tokens,
                                std::span<const std::int32_t> parents, std::size_t position) {
   { s.verify_tree(rows, tokens, parents, position) } -> std::same_as<TreeVerdict>;
+};
+
+/// Capability: S also drafts and verifies trees of sampled candidates (a draft model's tree at
+/// temperature > 0, ModelTreeDrafter): s.draw_candidates(logits, path, position, q, drawn,
+/// ranked) processes a draft row into q and draws distinct tokens from it without replacement;
+/// s.verify_tree(rows, tokens, parents, position, proposal, q) verifies with the rows the
+/// children were drawn from (q: n x V, the tree's order).
+template <class S>
+concept SampledTreeSampler = TreeSampler<S> &&
+    requires(S& s, const S& cs, const LogitsView& rows, std::span<const float> in,
+             std::span<float> out, std::span<const token_t> tokens, std::span<token_t> drawn,
+             std::span<const std::int32_t> parents, std::size_t position,
+             sampling::TreeProposal proposal) {
+  { s.draw_candidates(in, tokens, position, out, drawn, out) } -> std::same_as<std::size_t>;
+  { s.verify_tree(rows, tokens, parents, position, proposal, in) } -> std::same_as<TreeVerdict>;
+  { cs.params() } -> std::convertible_to<const sampling::SamplingParams&>;
 };
 
 /// A per-sequence sampler (see the top of this file). Positions name the sequence index of the
