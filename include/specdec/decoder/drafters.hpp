@@ -328,9 +328,11 @@ DraftResult draft_best_path(D& drafter, std::span<const token_t> sequence, std::
 
 }  // namespace detail
 
-/// Capability: D proposes token trees of point masses (DraftTree: deterministic continuations,
-/// several per node), which a session verifies in one target forward when the target is a
-/// TreeCausalLM (model/causal_lm.hpp) and the sampler verifies trees.
+/// Capability: D proposes token trees (DraftTree: several continuations per node), which a session
+/// verifies in one target forward when the target is a TreeCausalLM (model/causal_lm.hpp) and the
+/// sampler verifies trees. draft_tree(s, n) proposes point masses; a drafter may also offer
+/// draft_tree(s, n, sampler), which the session calls instead with its sampler, to draw sampled
+/// candidates from the draft's distributions (ModelTreeDrafter with a SampledTreeSampler).
 template <class D>
 concept TreeDrafter = Drafter<D> && requires(D& d, std::span<const token_t> s, std::size_t n) {
   { d.draft_tree(s, n) } -> std::same_as<const DraftTree&>;
