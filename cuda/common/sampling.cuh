@@ -204,6 +204,19 @@ struct BlockRowSampler {
 
   SPECDEC_DEVICE void row_stats(const float* p, const float* q, sampling::detail::RowStats& p_stats,
                                 sampling::detail::RowStats& q_stats) const {
+    const auto V = static_cast<std::size_t>(vocab);
+    if (q == nullptr) {  // point masses: p alone (q_stats is not read)
+      __syncthreads();
+      const bool negative_p = lane_order_block_sums<1>(
+          [&](int i, float(&v)[1]) {
+            v[0] = p[i];
+            return p[i] < 0.0f;
+          },
+          vocab, sums);
+      p_stats = {sampling::detail::sum_of_blocks(SharedSums{sums}, V), negative_p};
+      q_stats = {};
+      return;
+    }
     __shared__ int negative_q;
     __syncthreads();
     if (threadIdx.x == 0) negative_q = 0;
@@ -212,12 +225,11 @@ struct BlockRowSampler {
     const bool negative_p = lane_order_block_sums<2>(
         [&](int i, float(&v)[2]) {
           v[0] = p[i];
-          v[1] = q != nullptr ? q[i] : 0.0f;
-          if (q != nullptr && q[i] < 0.0f) negative_q = 1;  // benign race: every writer stores 1
+          v[1] = q[i];
+          if (q[i] < 0.0f) negative_q = 1;  // benign race: every writer stores 1
           return p[i] < 0.0f;
         },
         vocab, sums);
-    const auto V = static_cast<std::size_t>(vocab);
     p_stats = {sampling::detail::sum_of_blocks(SharedSums{sums}, V), negative_p};
     q_stats = {sampling::detail::sum_of_blocks(SharedSums{sums + blocks}, V), negative_q != 0};
   }
