@@ -387,6 +387,20 @@ TEST_CASE("qwen official Q4_K_M: every drafter's greedy output equals target-onl
       CHECK(d.tokens == expected);
       std::cout << fmt::format("{}: draft trees <= 8: {} rounds, {} of {} nodes accepted\n", domain,
                                d.stats.rounds, d.stats.accepted, d.stats.drafted);
+      // At T = 0.8 the draft's candidates are drawn from its distribution (sampled trees, the
+      // law: tests/decoder/test_distribution.cpp): reproducible from the seed, and accepted.
+      specdec::GenerationConfig sampled = cfg;
+      sampled.sampling.temperature = 0.8f;
+      sampled.seed = 7;
+      sampled.max_new_tokens = 32;
+      const auto s1 = with_draft_trees.generate(ids, sampled);
+      const auto s2 = with_draft_trees.generate(ids, sampled);
+      CHECK(s1.tokens == s2.tokens);
+      CHECK(s1.stats.accepted > 0);
+      std::cout << fmt::format(
+          "{}: sampled draft trees <= 8, T = 0.8: {} rounds, {} of {} nodes "
+          "accepted\n",
+          domain, s1.stats.rounds, s1.stats.accepted, s1.stats.drafted);
     }
     {
       // With llama.cpp-style penalties, a bias and log-probabilities: still token for token,
