@@ -69,7 +69,8 @@ struct DraftTree {
   }
   /// The row node i's children were drawn from (i = -1: the context's), or empty.
   [[nodiscard]] std::span<const float> q_row(std::int32_t node) const {
-    const std::size_t at = static_cast<std::size_t>(node + 1);
+    if (node < -1) return {};
+    const std::size_t at = node < 0 ? 0 : static_cast<std::size_t>(node) + 1;
     if (at >= q_rows.size() || q_rows[at] < 0) return {};
     return std::span<const float>(q).subspan(static_cast<std::size_t>(q_rows[at]) * vocab, vocab);
   }
