@@ -659,6 +659,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     tree_parents_.assign(1, -1);
     tree_depth_.assign(1, 0);
     tree_score_.assign(1, 1.0);
+    tree_from_.assign(1, -1);
     tree_index_.assign(tree.size(), -1);  // drafter node -> target node (-1: pruned)
     for (std::size_t i = 0; i < tree.size() && tree_tokens_.size() <= max_nodes; ++i) {
       const std::int32_t parent = tree.parents[i];
@@ -670,6 +671,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
       const std::size_t depth = tree_depth_[static_cast<std::size_t>(at)] + 1;
       if (depth > max_depth) continue;
       tree_index_[i] = static_cast<std::int32_t>(tree_tokens_.size());
+      tree_from_.push_back(static_cast<std::int32_t>(i));
       tree_tokens_.push_back(tree.tokens[i]);
       tree_parents_.push_back(at);
       tree_depth_.push_back(depth);
@@ -701,6 +703,7 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     tree_tokens_.resize(best + 1);
     tree_parents_.resize(best + 1);
     tree_depth_.resize(best + 1);
+    tree_from_.resize(best + 1);
     detail::check_proposal(std::span<const token_t>(tree_tokens_).subspan(1),
                            target_->vocab_size());
     if (tree.sampled()) gather_q_rows(tree);
@@ -711,10 +714,6 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
   void gather_q_rows(const DraftTree& tree) {
     const std::size_t n = tree_tokens_.size(), vocab = tree.vocab;
     tree_q_.resize(n * vocab);
-    tree_from_.assign(n, -1);  // target node -> drafter node (-1: the root)
-    for (std::size_t i = 0; i < tree_index_.size(); ++i)
-      if (tree_index_[i] >= 0 && static_cast<std::size_t>(tree_index_[i]) < n)
-        tree_from_[static_cast<std::size_t>(tree_index_[i])] = static_cast<std::int32_t>(i);
     has_children_.assign(n, 0);
     for (std::size_t t = 1; t < n; ++t)
       has_children_[static_cast<std::size_t>(tree_parents_[t])] = 1;
