@@ -2,7 +2,7 @@
 """specdec against llama.cpp on the same files, in the same minutes (docs/benchmarks.md).
 
     tools/bench_vs_llamacpp.py --target T.gguf --draft D.gguf [--rounds 3] [--no-e2e]
-        [--draft-head N] [--file-layout-too]
+        [--draft-head N] [--chain-only] [--file-layout-too]
         [--specdec-build build/ci] [--llama-bin ~/.cache/specdec-baselines/llama.cpp/build/bin]
         [--prompts bench/prompts/qwen-code.jsonl] [--limit 4] [-n 128] [--threads 2] [--cpus 0,1]
 
@@ -13,8 +13,10 @@ Each round runs, one after the other and pinned to the same CPUs (taskset):
      --file-layout-too, once more with SPECDEC_REPACK=0;
   3. unless --no-e2e, end to end on the prompts: llama-completion, greedy, once per prompt
      (llama.cpp's plain decoding: its "eval time" tokens/s), then `specdec bench` with the draft
-     (target-only and speculative k = 4, greedy, one repeat; with --draft-head N the draft's
-     head restricted to its first N tokens).
+     (greedy, one repeat; with --draft-head N the draft's head restricted to its first N tokens):
+     target-only, the draft model's chain (k = 4) and, unless --chain-only, the suffix drafter
+     with the draft model's trees behind it (`--suffix -md`: trees of at most 16 nodes, one
+     child per node, depth 4, nodes of draft probability >= 0.3; docs/decoder.md).
 Memory bandwidth on a shared VM changes from minute to minute, so the printed ratios are taken
 inside each round (specdec / llama.cpp measured minutes apart) and then summarised as the median
 and range over the rounds. Not a test: CI does not run it (it needs llama.cpp, built by
@@ -86,19 +88,31 @@ def llama_completion(bin_dir, model, prompts, n, threads, cpus):
     return tokens / seconds
 
 
-def specdec_e2e(build, target, draft, prompts_file, limit, n, threads, cpus, draft_head=None):
-    """{'plain': tok/s, 'speculative': tok/s} of `specdec bench` (greedy, k = 4, one repeat;
-    the draft's head restricted to its first `draft_head` tokens when given)."""
+# `specdec bench`'s "drafter" field -> the key of specdec_e2e's result.
+E2E_DRAFTERS = {"none": "plain", "model": "chain", "suffix+model trees": "suffix+trees"}
+
+
+def specdec_e2e(build, target, draft, prompts_file, limit, n, threads, cpus, draft_head=None,
+                chain_only=False):
+    """Tokens/s of `specdec bench` (greedy, one repeat; the draft's head restricted to its first
+    `draft_head` tokens when given), over all its prompts: {'plain', 'chain' (the draft model,
+    k = 4), 'suffix+trees' (unless chain_only)}."""
     head = ["--draft-head", draft_head] if draft_head else []
+    trees = [] if chain_only else ["--suffix", "--draft-trees", "--tree-nodes", 16,
+                                   "--tree-topk", 1, "--tree-depth", 4, "--draft-p-min", 0.3]
     out, _ = run([build / "bin" / "specdec", "bench", "-m", target, "-md", draft, "--prompts",
                   prompts_file, "--limit", limit, "-k", 4, "--temp", 0, "-n", n, "--repeat", 1,
-                  "-t", threads, "--json"] + head, cpus=cpus)
+                  "-t", threads, "--json"] + head + trees, cpus=cpus)
     j = json.loads(out)
     if j["greedy_runs_identical"] != j["greedy_runs_compared"]:
         raise SystemExit("specdec bench: a greedy speculative run differed from target-only")
+    # One row per configuration and domain, plus an "all" row when there are several domains.
+    domains = {r["domain"] for r in j["results"]}
     totals = {}
     for r in j["results"]:
-        key = "plain" if r["config"] == "baseline" else "speculative"
+        key = E2E_DRAFTERS.get(r["drafter"])
+        if key is None or (len(domains) > 1 and r["domain"] != "all"):
+            continue
         t = totals.setdefault(key, [0.0, 0.0])
         t[0] += r["tokens"]
         t[1] += r["tokens"] / r["tokens_per_second"]
@@ -128,6 +142,9 @@ def main():
     ap.add_argument("--limit", type=int, default=4, help="prompts per domain (specdec bench)")
     ap.add_argument("-n", type=int, default=128, help="tokens per prompt, end to end")
     ap.add_argument("--no-e2e", action="store_true", help="skip the end-to-end part")
+    ap.add_argument("--chain-only", action="store_true",
+                    help="end to end: only the draft model's chain, not the suffix drafter with "
+                    "its trees")
     ap.add_argument("--draft-head", type=int, default=None,
                     help="end to end: restrict the draft's head to its first N tokens")
     ap.add_argument("--file-layout-too", action="store_true",
@@ -161,7 +178,7 @@ def main():
                                                 args.threads, args.cpus)
             got["specdec e2e"] = specdec_e2e(args.specdec_build, args.target, args.draft,
                                              args.prompts, args.limit, args.n, args.threads,
-                                             args.cpus, args.draft_head)
+                                             args.cpus, args.draft_head, args.chain_only)
         rounds.append(got)
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
@@ -190,14 +207,18 @@ def main():
     if not args.no_e2e:
         llama = [g["llama e2e"] for g in rounds]
         plain = [g["specdec e2e"]["plain"] for g in rounds]
-        spec = [g["specdec e2e"]["speculative"] for g in rounds]
         print(f"\nEnd to end, {len(prompts)} prompts of {args.prompts}, greedy, -n {args.n}:\n")
-        print("| llama.cpp plain tok/s | specdec plain tok/s | specdec speculative (k = 4) tok/s | "
-              "speculative / llama.cpp plain | speculative / specdec plain |")
-        print("|---:|---:|---:|---:|---:|")
-        print(f"| {summary(llama)} | {summary(plain)} | {summary(spec)} | "
-              f"{summary([s / l for s, l in zip(spec, llama)])} | "
-              f"{summary([s / p for s, p in zip(spec, plain)])} |")
+        print("| specdec decoder | tok/s | / llama.cpp plain | / specdec plain |")
+        print("|---|---:|---:|---:|")
+        print(f"| llama.cpp plain (llama-completion) | {summary(llama)} | – | – |")
+        names = {"plain": "plain (target only)", "chain": "draft model chain, k = 4",
+                 "suffix+trees": "suffix drafter, draft model trees behind it (`--suffix -md`)"}
+        for key, name in names.items():
+            if key not in rounds[0]["specdec e2e"]:
+                continue
+            tps = [g["specdec e2e"][key] for g in rounds]
+            print(f"| {name} | {summary(tps)} | {summary([s / l for s, l in zip(tps, llama)])} | "
+                  f"{summary([s / p for s, p in zip(tps, plain)])} |")
 
 
 if __name__ == "__main__":
