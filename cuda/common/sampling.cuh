@@ -77,6 +77,18 @@ SPECDEC_DEVICE bool lane_order_block_sums(const Entry& entry, int vocab, float* 
   return __syncthreads_or(negative) != 0;
 }
 
+/// sums[b] = the lane-order sum of the row w over scan block b; returns whether w has a
+/// negative entry. The one-weight pass of the plain sampler, the point-mass row statistics and
+/// the tree loop's totals. Ends with a barrier.
+SPECDEC_DEVICE bool plain_block_sums(const float* w, int vocab, float* sums) {
+  return lane_order_block_sums<1>(
+      [&](int i, float(&v)[1]) {
+        v[0] = w[i];
+        return w[i] < 0.0f;
+      },
+      vocab, sums);
+}
+
 /// Pass 1's block sums as the core's inverse CDF reads them: block b's sum is sums[b].
 struct SharedSums {
   const float* sums;
@@ -105,12 +117,7 @@ SPECDEC_DEVICE VerifyOutcome broadcast_outcome(const VerifyOutcome& from_thread0
 SPECDEC_DEVICE VerifyOutcome sample_plain_row(const float* p, int vocab, float u, int row,
                                               float* sums) {
   __syncthreads();
-  const bool negative = lane_order_block_sums<1>(
-      [&](int i, float(&v)[1]) {
-        v[0] = p[i];
-        return p[i] < 0.0f;
-      },
-      vocab, sums);
+  const bool negative = plain_block_sums(p, vocab, sums);
   VerifyOutcome out;
   if (threadIdx.x == 0) {
     const auto V = static_cast<std::size_t>(vocab);
@@ -207,12 +214,7 @@ struct BlockRowSampler {
     const auto V = static_cast<std::size_t>(vocab);
     if (q == nullptr) {  // point masses: p alone (q_stats is not read)
       __syncthreads();
-      const bool negative_p = lane_order_block_sums<1>(
-          [&](int i, float(&v)[1]) {
-            v[0] = p[i];
-            return p[i] < 0.0f;
-          },
-          vocab, sums);
+      const bool negative_p = plain_block_sums(p, vocab, sums);
       p_stats = {sampling::detail::sum_of_blocks(SharedSums{sums}, V), negative_p};
       q_stats = {};
       return;
@@ -265,12 +267,7 @@ struct BlockRowSampler {
   /// sums[b] = w's lane-order sum over scan block b (after a barrier; ends with one).
   SPECDEC_DEVICE void block_sums(const float* w) const {
     __syncthreads();
-    (void)lane_order_block_sums<1>(
-        [&](int i, float(&v)[1]) {
-          v[0] = w[i];
-          return false;
-        },
-        vocab, sums);
+    (void)plain_block_sums(w, vocab, sums);
   }
 };
 

@@ -664,7 +664,7 @@ void add_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tree-topk", o->tree_topk,
                   "--draft-trees: children per expanded node and nodes expanded per level, "
-                  "e.g. 1,2 (each with each --tree-depth)")
+                  "e.g. 1,2 (each with each --tree-depth; drawn from the draft at --temp > 0)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(CLI::Range(std::size_t{1}, std::size_t{16}))
@@ -682,8 +682,8 @@ void add_bench(CLI::App& app) {
       ->check(CLI::Range(0.0f, 1.0f))
       ->capture_default_str();
   cmd->add_option("--draft-p-split", o->draft_p_split,
-                  "--draft-trees: children beyond the most likely token only at this draft "
-                  "probability or more")
+                  "--draft-trees: a node's c-th child (c > 1) only where the draft's c-th most "
+                  "likely token has this probability or more")
       ->check(CLI::Range(0.0f, 1.0f))
       ->capture_default_str();
   cmd->add_option("--suffix-min-prob", o->suffix_min_prob,

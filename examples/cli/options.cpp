@@ -194,15 +194,16 @@ void add_decode_flags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagsHelp& help
   suffix->excludes(ngram);
   cmd.add_option("--tree-nodes", f.tree_nodes,
                  "tree speculation: nodes of each round's token tree, scored in one target "
-                 "forward (at most 255 on the CPU backend, 15 on CUDA). With --suffix (default "
-                 "16, 15 on CUDA; 0: a chain of -k tokens), or with -md: the draft model's trees "
-                 "instead of chains (CPU backend)")
+                 "forward (at most 255 on the CPU backend, 63 on CUDA). With --suffix (default "
+                 "16; on CUDA 15, one forward step; 0: a chain of -k tokens), or with -md: the "
+                 "draft model's trees instead of chains (CPU backend)")
       ->check(CLI::Range(std::size_t{0}, std::size_t{255}))
       ->capture_default_str()
       ->each([&f](const std::string&) { f.tree_nodes_given = true; });
   cmd.add_option("--tree-topk", f.tree_topk,
                  "draft model trees (-md --tree-nodes N): children of each expanded node and "
-                 "nodes expanded per level (default 2)")
+                 "nodes expanded per level (default 2); greedy: the draft's most likely tokens, "
+                 "at --temp > 0: drawn from the draft's distribution without replacement")
       ->check(CLI::Range(std::size_t{1}, std::size_t{16}));
   cmd.add_option("--tree-depth", f.tree_depth,
                  "draft model trees (-md --tree-nodes N): levels drafted per round (default 6)")
@@ -212,8 +213,10 @@ void add_decode_flags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagsHelp& help
                  "is at least this (default 0.01)")
       ->check(CLI::Range(0.0f, 1.0f));
   cmd.add_option("--draft-p-split,--spec-draft-p-split", f.draft_p_split,
-                 "draft model trees: a node gets children beyond its most likely token only "
-                 "where the draft gives them at least this probability (default 0)")
+                 "draft model trees: a node's c-th child (c > 1) only where the draft's c-th "
+                 "most likely token has at least this probability (default 0; at --temp > 0, "
+                 "where children are drawn, still the c-th largest probability, not the drawn "
+                 "token's)")
       ->check(CLI::Range(0.0f, 1.0f));
   cmd.add_option("--suffix-min-prob", f.suffix_min_prob,
                  "--suffix: leave out nodes whose estimated probability (the product of the "

@@ -84,6 +84,25 @@ specdec::cuda::Options cuda_options() {
   return o;
 }
 
+/// The suffix drafter's trees labelled as candidates drawn from q without replacement (one
+/// uniform row for every node), which the device sampler cannot verify.
+class SampledLabelDrafter : public specdec::SuffixDrafter {
+ public:
+  explicit SampledLabelDrafter(std::size_t vocab) : vocab_(vocab) {}
+  const specdec::DraftTree& draft_tree(std::span<const token_t> sequence, std::size_t n) {
+    tree_ = specdec::SuffixDrafter::draft_tree(sequence, n);
+    tree_.proposal = specdec::sampling::TreeProposal::sampled_without_replacement;
+    tree_.vocab = vocab_;
+    tree_.q_rows.assign(tree_.size() + 1, 0);
+    tree_.q.assign(vocab_, 1.0f / static_cast<float>(vocab_));
+    return tree_;
+  }
+
+ private:
+  std::size_t vocab_;
+  specdec::DraftTree tree_;
+};
+
 }  // namespace
 
 TEST_CASE("greedy speculative decoding on the device == CPU pair == greedy target-only",
@@ -259,6 +278,14 @@ TEST_CASE(
     for (std::size_t i = 0; i < d.rounds.size(); ++i)
       CHECK(d.rounds[i].accepted == h.rounds[i].accepted);
   }
+
+  // A tree of sampled candidates needs a sampler that verifies them; the device's verifies point
+  // masses only, and says so instead of verifying the draws as point masses.
+  SampledLabelDrafter labelled(gpu_target.vocab_size());
+  specdec::SpeculativeDecoder refused(labelled, gpu_target, trees);
+  CHECK_THROWS_WITH(refused.generate(prompt, config),
+                    Catch::Contains("a tree of sampled candidates, but this sampler verifies "
+                                    "point masses only"));
 
   // Trees larger than the CUDA target scores (64 nodes, the last token included) are refused.
   specdec::SuffixDrafter big;

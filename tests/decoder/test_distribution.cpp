@@ -529,6 +529,40 @@ TEST_CASE("sampled draft trees: the law test sees wrong plumbing", "[decoder]") 
   }
 }
 
+// A drafter's malformed sampled tree is refused with an error naming what is wrong, before any
+// row of it is read: rows of the wrong width, missing row indices, a row index past q's rows.
+TEST_CASE("sampled draft trees: a malformed tree gets a clear error", "[decoder]") {
+  const ToyModel target_model(11);
+  const ToyModel draft_model(12);
+  const std::vector<token_t> prompt{0, 1, 2, 0, 1};
+  const auto fails_with = [&](auto mutate, const std::string& message) {
+    CHECK_THROWS_WITH(mutated_tree_tokens(target_model, draft_model, prompt,
+                                          sampling_config(SamplingParams{}, 7), mutate),
+                      Catch::Contains(message));
+  };
+  SECTION("rows of another vocabulary") {
+    fails_with([](specdec::DraftTree& tree) { ++tree.vocab; },
+               "sampled tree has rows of 5 probabilities");
+  }
+  SECTION("a row index missing") {
+    fails_with([](specdec::DraftTree& tree) { tree.q_rows.pop_back(); }, "row indices for");
+  }
+  SECTION("the context's row missing") {
+    fails_with([](specdec::DraftTree& tree) { tree.q_rows[0] = -1; },
+               "no q row for the context (its first children), which has children");
+  }
+  SECTION("a row index past q's rows") {
+    fails_with(
+        [](specdec::DraftTree& tree) {
+          tree.q_rows[0] = static_cast<std::int32_t>(tree.q.size() / tree.vocab);
+        },
+        "no q row for the context");
+  }
+  SECTION("no rows at all") {
+    fails_with([](specdec::DraftTree& tree) { tree.q.clear(); }, "no q row for");
+  }
+}
+
 // A draft whose output head is restricted to a subset of the vocabulary (cpu::Options::
 // head_tokens) gives q = 0 outside the subset: every continuation through a token outside it can
 // only come from the residual norm(max(0, p - q)). The law must still be the target's. Subsets:

@@ -721,8 +721,10 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
       if (has_children_[t] == 0) continue;
       const std::span<const float> row = tree.q_row(tree_from_[t]);
       if (row.empty())
-        throw Error(std::string(name_) + ": the drafter's sampled tree has no q row for node " +
-                    std::to_string(tree_from_[t]) + ", which has children");
+        throw Error(std::string(name_) + ": the drafter's sampled tree has no q row for " +
+                    (tree_from_[t] < 0 ? std::string("the context (its first children)")
+                                       : "node " + std::to_string(tree_from_[t])) +
+                    ", which has children");
       std::copy(row.begin(), row.end(), tree_q_.begin() + static_cast<std::ptrdiff_t>(t * vocab));
     }
   }
@@ -734,11 +736,11 @@ requires(Drafter<Draft> || CausalLM<Draft>) class SpeculativeSession {
     {
       ScopedTimer timer(round_.sampling_seconds);
       if constexpr (SampledTreeSampler<Sampler>) {
-        if (tree_proposal_ != sampling::TreeProposal::point_mass)
-          tree = sampler_.verify_tree(target_rows, tree_tokens_, tree_parents_, length_ - 1,
-                                      tree_proposal_, tree_q_);
-        else
-          tree = sampler_.verify_tree(target_rows, tree_tokens_, tree_parents_, length_ - 1);
+        // Point masses carry no q (tree_q_ may hold an earlier round's rows).
+        const bool sampled = tree_proposal_ != sampling::TreeProposal::point_mass;
+        tree = sampler_.verify_tree(
+            target_rows, tree_tokens_, tree_parents_, length_ - 1, tree_proposal_,
+            sampled ? std::span<const float>(tree_q_) : std::span<const float>());
       } else {
         tree = sampler_.verify_tree(target_rows, tree_tokens_, tree_parents_, length_ - 1);
       }

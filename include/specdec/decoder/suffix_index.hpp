@@ -67,12 +67,15 @@ struct DraftTree {
   [[nodiscard]] bool sampled() const noexcept {
     return proposal != sampling::TreeProposal::point_mass;
   }
-  /// The row node i's children were drawn from (i = -1: the context's), or empty.
+  /// The row node i's children were drawn from (i = -1: the context's), or empty (also for a
+  /// row index past q's rows: a drafter's bad tree is an error of the session, not a bad read).
   [[nodiscard]] std::span<const float> q_row(std::int32_t node) const {
-    if (node < -1) return {};
+    if (node < -1 || vocab == 0) return {};
     const std::size_t at = node < 0 ? 0 : static_cast<std::size_t>(node) + 1;
     if (at >= q_rows.size() || q_rows[at] < 0) return {};
-    return std::span<const float>(q).subspan(static_cast<std::size_t>(q_rows[at]) * vocab, vocab);
+    const auto row = static_cast<std::size_t>(q_rows[at]);
+    if (row >= q.size() / vocab) return {};
+    return std::span<const float>(q).subspan(row * vocab, vocab);
   }
   /// An empty point-mass tree that keeps its storage (q's rows are large).
   void clear() noexcept {
