@@ -507,10 +507,20 @@ DType checked_quant_type(DType t) {
   return t;
 }
 
-/// The integer kernels of `isa`: AVX512-VNNI where the CPU has it, else AVX2 for any AVX2 level.
+/// Whether the integer kernels of `isa` are the AVX512-VNNI ones.
+bool avx512_vnni_kernels(Isa isa) {
+  return (isa == Isa::avx512 || isa == Isa::amx) && cpu_features().avx512_vnni;
+}
+/// Whether the integer kernels of `isa` read the rows16 layout: the AVX512-VNNI ones, and the
+/// AVX-VNNI one of Isa::avx2 (which reads nothing else).
+bool vnni_integer_kernels(Isa isa) {
+  return avx512_vnni_kernels(isa) || (isa == Isa::avx2 && cpu_features().avx_vnni);
+}
+
+/// The integer kernels of `isa` over the file's layout: AVX512-VNNI where the CPU has it, else
+/// AVX2 for any AVX2 level.
 void quant_matmul(Isa isa, const detail::QuantArgs& args) {
-  if ((isa == Isa::avx512 || isa == Isa::amx) && cpu_features().avx512_vnni)
-    return detail::quant_matmul_avx512vnni(args);
+  if (avx512_vnni_kernels(isa)) return detail::quant_matmul_avx512vnni(args);
   if (isa != Isa::portable) return detail::quant_matmul_avx2(args);
   detail::quant_matmul_portable(args);
 }
@@ -531,11 +541,6 @@ detail::FmaWeights fma_type(DType t) {
 /// The AMX BF16 kernel takes whole groups of 16 rows; a range that ends inside a group gets its
 /// last rows copied into a zero-padded group (per thread, reused).
 thread_local std::vector<std::byte> tail_rows;
-
-/// Whether the integer kernels of `isa` are the AVX512-VNNI ones (which alone read rows16).
-bool vnni_integer_kernels(Isa isa) {
-  return (isa == Isa::avx512 || isa == Isa::amx) && cpu_features().avx512_vnni;
-}
 
 /// Where byte `at` of field f of block b of the row in lane `lane` lies in a rows16 group,
 /// from the group's start (kernels_impl.hpp, "rows16"); `at` is a multiple of 4 (or 0 or 1 in a
@@ -621,8 +626,9 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
   float* y0 = y + row_begin;
   if (w.layout == WeightLayout::rows16) {
     if (!repack_helps(isa, w.dtype))
-      throw Error(fmt::format("matmul: [{}, {}] {} repacked for AVX512-VNNI, called on {}", w.rows,
-                              w.cols, dtype_name(w.dtype), isa_name(isa)));
+      throw Error(fmt::format("matmul: [{}, {}] {} repacked for the VNNI kernels, called on {}{}",
+                              w.rows, w.cols, dtype_name(w.dtype), isa_name(isa),
+                              isa == Isa::avx2 ? " without AVX-VNNI" : ""));
     detail::QuantArgs args{checked_quant_type(w.dtype),
                            w.data + row_begin / 16 * 16 * w.row_bytes,
                            w.row_bytes,
@@ -637,7 +643,8 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
                            ldy};
     args.rows16 = true;
     args.first_lane = row_begin % 16;
-    return detail::quant_matmul_avx512vnni(args);
+    if (avx512_vnni_kernels(isa)) return detail::quant_matmul_avx512vnni(args);
+    return detail::quant_matmul_avxvnni(args);
   }
   const std::byte* w0 = w.data + row_begin * w.row_bytes;
   switch (x.format()) {

@@ -329,7 +329,7 @@ struct QuantArgs {
   std::size_t n;
   float* y;
   std::size_t ldy;
-  /// The rows16 layout (above; AVX512-VNNI only): w points at the group holding the range's
+  /// The rows16 layout (above; the VNNI kernels only): w points at the group holding the range's
   /// first row, which is lane first_lane of it; y still points at the range's first row.
   bool rows16 = false;
   std::size_t first_lane = 0;
@@ -338,6 +338,8 @@ void quant_matmul_portable(const QuantArgs& a);
 void quant_matmul_avx2(const QuantArgs& a);
 /// AVX512-VNNI (kernels_quant_avx512vnni.cpp): needs cpu_features().avx512_vnni.
 void quant_matmul_avx512vnni(const QuantArgs& a);
+/// AVX-VNNI over the rows16 layout only (kernels_quant_avxvnni.cpp): needs cpu_features().avx_vnni.
+void quant_matmul_avxvnni(const QuantArgs& a);
 
 /// Blocks [b0, b1) of 256 of the q8_k_rows layout (int8 [n][cols], scales f32 [n][cols/256], sums
 /// int16 [n][cols/256][24]): d = max|x| / 127 (not rounded), q = roundf(x / d) (halves away from

@@ -9,6 +9,7 @@ list(APPEND SOURCES
   cpu/kernels_quant.cpp
   cpu/kernels_quant_avx2.cpp
   cpu/kernels_quant_avx512vnni.cpp
+  cpu/kernels_quant_avxvnni.cpp
   cpu/thread_pool.cpp
   cpu/transformer.cpp)
 list(APPEND PUBLIC_LIBS specdec_model)
@@ -31,5 +32,8 @@ set_source_files_properties(cpu/kernels_avx512.cpp
 # AVX512_BF16 (BF16) respectively.
 set_source_files_properties(cpu/kernels_avx512vnni.cpp cpu/kernels_quant_avx512vnni.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx512};-mavx512vnni;-mavx512bf16")
+# Called only for Isa::avx2 when cpu_features() reports AVX-VNNI, on weights in the rows16 layout.
+set_source_files_properties(cpu/kernels_quant_avxvnni.cpp
+  PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx2};-mavxvnni")
 set_source_files_properties(cpu/kernels_amx.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx512};-mamx-tile;-mamx-bf16;-mamx-int8")

@@ -47,8 +47,9 @@
 //        acc = fma(float(isum), d * dx, acc);  acc = fma(float(msum), m * dx, acc)  (with mins)
 //    over the blocks in order, dx the activation block's scale. Integers are exact in any order,
 //    so the portable kernel (which adds them one by one), the AVX2 kernel (vpmaddubsw/vpmaddwd,
-//    8 rows at a time) and the AVX512-VNNI kernel (vpdpbusd with 16 rows in the lanes) give
-//    bitwise the same results, for any n, row range or thread.
+//    8 rows at a time), the AVX512-VNNI kernel (vpdpbusd with 16 rows in the lanes) and the
+//    AVX-VNNI kernel (the same with 8) give bitwise the same results, for any n, row range or
+//    thread.
 //  - BF16 weights on AMX: activations are rounded to bf16 (like llama.cpp and PyTorch bf16
 //    inference), products are exact, and the tile unit accumulates each (row, token) element on
 //    its own in the hardware's fixed order (measured: not exactly a chain of fused multiply-adds,
@@ -126,11 +127,12 @@ std::size_t physical_cores();
 enum class WeightLayout : std::uint8_t {
   /// As in the file: row r at data + r * row_bytes.
   rows,
-  /// Interleaved for the AVX512-VNNI integer kernels (repack_weights()): groups of 16 rows,
-  /// group g's 16 x row_bytes bytes at data + 16 * g * row_bytes, the rows' blocks interleaved
-  /// field by field (src/cpu/kernels_impl.hpp, "rows16") so that the kernel reads them as one
-  /// stream of ready registers. Only matmul() on Isa::avx512 / amx with AVX512-VNNI and
-  /// dequantize_row() read it.
+  /// Interleaved for the VNNI integer kernels (repack_weights()): groups of 16 rows, group g's
+  /// 16 x row_bytes bytes at data + 16 * g * row_bytes, the rows' blocks interleaved field by
+  /// field (src/cpu/kernels_impl.hpp, "rows16") so that the kernel reads them as one stream of
+  /// ready registers. Only matmul() on Isa::avx512 / amx with AVX512-VNNI or Isa::avx2 with
+  /// AVX-VNNI (which reads each 64-byte register as two halves of 8 rows), and dequantize_row()
+  /// read it.
   rows16,
 };
 
@@ -170,7 +172,8 @@ class WeightBuffer {
 
 /// Whether `isa`'s kernels read `dtype` faster from a repacked copy: the integer types (Q8_0,
 /// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS) on Isa::avx512 / amx when the CPU has
-/// AVX512-VNNI. (The AVX2 kernels and the float types read the file's layout.)
+/// AVX512-VNNI and on Isa::avx2 when it has AVX-VNNI. (The AVX2 kernels of CPUs without VNNI,
+/// the portable ones and the float types read the file's layout.)
 bool repack_helps(Isa isa, DType dtype) noexcept;
 
 /// Bytes of w's copy in the layout the kernels of `isa` read fastest: the matrix's size rounded
