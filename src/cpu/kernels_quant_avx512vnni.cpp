@@ -638,32 +638,60 @@ void k_tokens(const BlockK& o, const QuantArgs& a, std::size_t t0, std::size_t b
   k_finish<T, SD, HasMin, Shift>(o, a, t0, b, isum, acc);
 }
 
-/// Q4_K for one token (decode): each weight register is multiplied as soon as it is unpacked, so
-/// the block never goes through memory. The general path stores the unpacked block (BlockK: 88
-/// registers) for k_tokens to read back, which pays for itself from a few tokens on; at n = 1 on
-/// Zen 4, where a 512-bit store takes two cycles, the stores were more than half of the time
-/// (docs/benchmarks.md, "an AMD Zen 4 host"). The same integers and float steps as unpack_k +
+/// Q4_K for up to 8 tokens (decode, a verify): each weight register is multiplied by the T
+/// tokens as soon as it is unpacked, so the block never goes through memory. The general path
+/// stores the unpacked block (BlockK: 88 registers) for k_tokens to read back, which pays for
+/// itself only when more than one k_tokens call (8 tokens) reads it: at n = 1 on Zen 4, where a
+/// 512-bit store takes two cycles, the stores were more than half of the time (docs/benchmarks.md,
+/// "an AMD Zen 4 host"); on the project's Xeon, out of L2, n = 2 / 4 / 8 take 4.2 / 6.9 / 12.7
+/// µs instead of 5.9 / 8.3 / 14.2 (docs/benchmarks.md, "Fused Q4_K"). Up to 4 tokens the low and
+/// high nibbles' chains run together (more independent vpdpbusd in flight); from 5 on one after
+/// the other (the registers would not hold both). The same integers and float steps as unpack_k +
 /// k_tokens: bitwise the same results.
-template <class Src>
-void q4_k_one_token(const Src& rows, const QuantArgs& a, std::size_t t, std::size_t b, float* acc) {
+template <int T, class Src>
+void q4_k_fused(const Src& rows, const QuantArgs& a, std::size_t t0, std::size_t b, float* acc) {
   BlockK o;  // only the scales, mins and factors are filled
   k_scales_mins(rows, o);
-  const std::int8_t* x = a.xq + t * a.cols + b * 256;
-  __m512i isum = _mm512_setzero_si512();
+  const std::int8_t* x[T];
+  for (int t = 0; t < T; ++t) x[t] = a.xq + (t0 + t) * a.cols + b * 256;
+  __m512i isum[T];
+  for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
   for (int c = 0; c < 4; ++c) {
     // Sub-blocks 2c (low nibbles, scale x 16) and 2c + 1 (high nibbles in place), as unpack_k.
     __m512i q[8];
     load8(rows, q4_k_qs + 32 * c, q);
-    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-    for (int k = 0; k < 8; ++k) {
-      lo = dpbusd_x4(lo, low_nibbles(q[k]), x + 4 * (16 * c + k));
-      hi = dpbusd_x4(hi, _mm512_and_si512(q[k], splat8(0xf0)), x + 4 * (16 * c + 8 + k));
+    if constexpr (T <= 4) {
+      __m512i lo[T], hi[T];
+      for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) {
+        const __m512i wl = low_nibbles(q[k]), wh = _mm512_and_si512(q[k], splat8(0xf0));
+        for (int t = 0; t < T; ++t) {
+          lo[t] = dpbusd_x4(lo[t], wl, x[t] + 4 * (16 * c + k));
+          hi[t] = dpbusd_x4(hi[t], wh, x[t] + 4 * (16 * c + 8 + k));
+        }
+      }
+      const __m512i sl = _mm512_slli_epi32(o.sc[2 * c], 4), sh = o.sc[2 * c + 1];
+      for (int t = 0; t < T; ++t) {
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(lo[t], sl));
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(hi[t], sh));
+      }
+      continue;
     }
-    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(lo, _mm512_slli_epi32(o.sc[2 * c], 4)));
-    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(hi, o.sc[2 * c + 1]));
+    for (int half = 0; half < 2; ++half) {
+      __m512i dot[T];
+      for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) {
+        const __m512i w = half == 0 ? low_nibbles(q[k]) : _mm512_and_si512(q[k], splat8(0xf0));
+        for (int t = 0; t < T; ++t)
+          dot[t] = dpbusd_x4(dot[t], w, x[t] + 4 * (16 * c + 8 * half + k));
+      }
+      const __m512i sc = half == 0 ? _mm512_slli_epi32(o.sc[2 * c], 4) : o.sc[2 * c + 1];
+      for (int t = 0; t < T; ++t)
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
+    }
   }
   constexpr QuantTraits traits = quant_traits(DType::q4_k);
-  k_finish<1, traits.sub_elems / 4, traits.has_min, unpack_shift(DType::q4_k)>(o, a, t, b, &isum,
+  k_finish<T, traits.sub_elems / 4, traits.has_min, unpack_shift(DType::q4_k)>(o, a, t0, b, isum,
                                                                                acc);
 }
 
@@ -672,6 +700,8 @@ template <int SD, bool HasMin, int Shift, int... T>
 struct KTokens {
   static constexpr TokensFn table[sizeof...(T)] = {&k_tokens<T + 1, SD, HasMin, Shift>...};
 };
+
+constexpr std::size_t kFusedQ4K = 8;
 
 template <DType Q>
 void matmul_k(const QuantArgs& a) {
@@ -689,8 +719,13 @@ void matmul_k(const QuantArgs& a) {
       for (std::size_t b = 0; b < blocks; ++b) {
         if (t0 == 0) group.prefetch_block(b);
         if constexpr (Q == DType::q4_k)
-          if (m == 1) {
-            q4_k_one_token(group.block(b), a, t0, b, acc);
+          if (m <= kFusedQ4K) {
+            using Fused = void (*)(const decltype(group.block(b))&, const QuantArgs&, std::size_t,
+                                   std::size_t, float*);
+            static constexpr Fused fused[] = {&q4_k_fused<1>, &q4_k_fused<2>, &q4_k_fused<3>,
+                                              &q4_k_fused<4>, &q4_k_fused<5>, &q4_k_fused<6>,
+                                              &q4_k_fused<7>, &q4_k_fused<8>};
+            fused[m - 1](group.block(b), a, t0, b, acc);
             continue;
           }
         unpack_k<Q>(group.block(b), blk);

@@ -492,27 +492,57 @@ void k_tokens(const BlockK& o, const QuantArgs& a, std::size_t t0, std::size_t b
   k_finish<T, SD, HasMin, Shift>(o, a, t0, b, isum, acc);
 }
 
-/// Q4_K for one token (decode), each weight register multiplied as soon as it is unpacked (the
-/// AVX-512 kernel's q4_k_one_token): the same integers and float steps as unpack_k + k_tokens.
-inline void q4_k_one_token(const Half& rows, const QuantArgs& a, std::size_t t, std::size_t b,
-                           float* acc) {
+/// Q4_K for up to 4 tokens (decode, a verify), each weight register multiplied by the T tokens
+/// as soon as it is unpacked (the AVX-512 kernel's q4_k_fused; with 16 registers the packed
+/// bytes are loaded again for the high nibbles rather than kept): the same integers and float
+/// steps as unpack_k + k_tokens.
+template <int T>
+void q4_k_fused(const Half& rows, const QuantArgs& a, std::size_t t0, std::size_t b, float* acc) {
   BlockK o;  // only the scales, mins and factors are filled
   k_scales_mins(rows, o);
-  const std::int8_t* x = a.xq + t * a.cols + b * 256;
-  __m256i isum = _mm256_setzero_si256();
+  const std::int8_t* x[T];
+  for (int t = 0; t < T; ++t) x[t] = a.xq + (t0 + t) * a.cols + b * 256;
+  __m256i isum[T];
+  for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
   for (int c = 0; c < 4; ++c) {
-    __m256i q[8];
-    load<8>(rows, q4_k_qs + 32 * c, q);
-    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-    for (int k = 0; k < 8; ++k) {
-      lo = dpbusd_x4(lo, low_nibbles(q[k]), x + 4 * (16 * c + k));
-      hi = dpbusd_x4(hi, _mm256_and_si256(q[k], splat8(0xf0)), x + 4 * (16 * c + 8 + k));
+    if constexpr (T <= 2) {
+      // Few tokens: both sub-blocks' chains together, more independent vpdpbusd in flight.
+      __m256i lo[T], hi[T];
+      for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) {
+        __m256i q;
+        load<1>(rows, q4_k_qs + 32 * c + 4 * k, &q);
+        const __m256i wl = low_nibbles(q), wh = _mm256_and_si256(q, splat8(0xf0));
+        for (int t = 0; t < T; ++t) {
+          lo[t] = dpbusd_x4(lo[t], wl, x[t] + 4 * (16 * c + k));
+          hi[t] = dpbusd_x4(hi[t], wh, x[t] + 4 * (16 * c + 8 + k));
+        }
+      }
+      const __m256i sl = _mm256_slli_epi32(o.sc[2 * c], 4), sh = o.sc[2 * c + 1];
+      for (int t = 0; t < T; ++t) {
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(lo[t], sl));
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(hi[t], sh));
+      }
+      continue;
     }
-    isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(lo, _mm256_slli_epi32(o.sc[2 * c], 4)));
-    isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(hi, o.sc[2 * c + 1]));
+    for (int half = 0; half < 2; ++half) {
+      // Sub-block 2c (low nibbles, scale x 16) or 2c + 1 (high nibbles in place), as unpack_k.
+      __m256i dot[T];
+      for (int t = 0; t < T; ++t) dot[t] = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) {
+        __m256i q;
+        load<1>(rows, q4_k_qs + 32 * c + 4 * k, &q);
+        const __m256i w = half == 0 ? low_nibbles(q) : _mm256_and_si256(q, splat8(0xf0));
+        for (int t = 0; t < T; ++t)
+          dot[t] = dpbusd_x4(dot[t], w, x[t] + 4 * (16 * c + 8 * half + k));
+      }
+      const __m256i sc = half == 0 ? _mm256_slli_epi32(o.sc[2 * c], 4) : o.sc[2 * c + 1];
+      for (int t = 0; t < T; ++t)
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(dot[t], sc));
+    }
   }
   constexpr QuantTraits traits = quant_traits(DType::q4_k);
-  k_finish<1, traits.sub_elems / 4, traits.has_min, unpack_shift(DType::q4_k)>(o, a, t, b, &isum,
+  k_finish<T, traits.sub_elems / 4, traits.has_min, unpack_shift(DType::q4_k)>(o, a, t0, b, isum,
                                                                                acc);
 }
 
@@ -539,8 +569,11 @@ void matmul_k(const QuantArgs& a) {
       for (std::size_t b = 0; b < blocks; ++b) {
         if (t0 == 0) group.prefetch_block(b);
         if constexpr (Q == DType::q4_k)
-          if (m == 1) {
-            q4_k_one_token(group.block(b), a, t0, b, acc);
+          if (m <= kTokensK) {
+            static constexpr void (*fused[kTokensK])(const Half&, const QuantArgs&, std::size_t,
+                                                     std::size_t, float*) = {
+                &q4_k_fused<1>, &q4_k_fused<2>, &q4_k_fused<3>, &q4_k_fused<4>};
+            fused[m - 1](group.block(b), a, t0, b, acc);
             continue;
           }
         unpack_k<Q>(group.block(b), blk);
