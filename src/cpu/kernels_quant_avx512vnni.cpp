@@ -248,13 +248,11 @@ struct V512 {
   template <class Fn>
   static void for_each_group(const QuantArgs& a, std::size_t block_bytes, Fn&& f) {
     if (a.rows16) {
-      const std::size_t span = a.first_lane + a.rows;
-      const std::byte* end = a.w + (span + 15) / 16 * 16 * a.row_bytes;
-      for (std::size_t g0 = 0; g0 < span; g0 += 16) {
-        PackedGroup group{a.w + g0 * a.row_bytes, block_bytes, end};
-        f(group, lane_mask(g0 == 0 ? a.first_lane : 0, span - g0 < 16 ? span - g0 : 16),
-          a.y + g0 - a.first_lane);
-      }
+      for_each_rows16_group(a, [&](const std::byte* g, std::size_t lo, std::size_t hi, float* y,
+                                   const std::byte* end) {
+        PackedGroup group{g, block_bytes, end};
+        f(group, lane_mask(lo, hi), y);
+      });
       return;
     }
     for (std::size_t r0 = 0; r0 < a.rows; r0 += 16) {

@@ -138,22 +138,20 @@ struct V256 {
   /// of the call that holds rows of its range (the rows16 layout only).
   template <class Fn>
   static void for_each_group(const QuantArgs& a, std::size_t block_bytes, Fn&& f) {
-    const std::size_t span = a.first_lane + a.rows;
-    const std::byte* end = a.w + (span + 15) / 16 * 16 * a.row_bytes;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (std::size_t g0 = 0; g0 < span; g0 += 16) {
-      const std::size_t lo = g0 == 0 ? a.first_lane : 0, hi = span - g0 < 16 ? span - g0 : 16;
-      for (int h = 0; h < 2; ++h) {
-        const int first = static_cast<int>(lo) - 8 * h, last = static_cast<int>(hi) - 8 * h;
-        if (last <= 0 || first >= 8) continue;
-        // Lane r is stored when first <= r < last.
-        const __m256i store =
-            _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(first), lane),
-                                _mm256_cmpgt_epi32(_mm256_set1_epi32(last), lane));
-        HalfGroup half{a.w + g0 * a.row_bytes, block_bytes, end, h};
-        f(half, store, a.y + g0 - a.first_lane + 8 * static_cast<std::size_t>(h));
-      }
-    }
+    for_each_rows16_group(
+        a, [&](const std::byte* g, std::size_t lo, std::size_t hi, float* y, const std::byte* end) {
+          for (int h = 0; h < 2; ++h) {
+            const int first = static_cast<int>(lo) - 8 * h, last = static_cast<int>(hi) - 8 * h;
+            if (last <= 0 || first >= 8) continue;
+            // Lane r is stored when first <= r < last.
+            const __m256i store =
+                _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(first), lane),
+                                    _mm256_cmpgt_epi32(_mm256_set1_epi32(last), lane));
+            HalfGroup half{g, block_bytes, end, h};
+            f(half, store, y + 8 * static_cast<std::size_t>(h));
+          }
+        });
   }
 };
 

@@ -57,6 +57,18 @@ inline void prefetch_rows16_block(const std::byte* g, std::size_t bytes, const s
   for (const std::byte* p = lo; p < hi; p += 64) Prefetcher::prefetch_l2(p);
 }
 
+/// Calls f(group, lo, hi, y, end) for each group of 16 rows of a call on the rows16 layout
+/// (QuantArgs::rows16): group its start, [lo, hi) its lanes in the call's range, y the output of
+/// its lane 0 for token 0, end the end of the call's last group (where prefetches stop).
+template <class Fn>
+void for_each_rows16_group(const QuantArgs& a, Fn&& f) {
+  const std::size_t span = a.first_lane + a.rows;
+  const std::byte* end = a.w + (span + 15) / 16 * 16 * a.row_bytes;
+  for (std::size_t g0 = 0; g0 < span; g0 += 16)
+    f(a.w + g0 * a.row_bytes, g0 == 0 ? a.first_lane : 0, span - g0 < 16 ? span - g0 : 16,
+      a.y + g0 - a.first_lane, end);
+}
+
 }  // namespace
 
 template <class V>
