@@ -37,8 +37,45 @@ using detail::q8_block_elems;
 
 namespace {
 
+/// The features SPECDEC_CPU_HIDE may name, one row per CpuFeatures field.
+struct FeatureName {
+  const char* name;
+  bool CpuFeatures::*field;
+};
+constexpr FeatureName feature_names[] = {
+    {"avx2", &CpuFeatures::avx2},
+    {"avx_vnni", &CpuFeatures::avx_vnni},
+    {"avx512", &CpuFeatures::avx512},
+    {"avx512_vnni", &CpuFeatures::avx512_vnni},
+    {"avx512_bf16", &CpuFeatures::avx512_bf16},
+    {"amx", &CpuFeatures::amx},
+};
+
+/// f without the features named in SPECDEC_CPU_HIDE (a comma-separated list of feature_names).
+CpuFeatures hide_features_from_env(CpuFeatures f) {
+  const char* env = std::getenv("SPECDEC_CPU_HIDE");
+  if (env == nullptr) return f;
+  std::string_view list = env;
+  while (!list.empty()) {
+    const std::size_t comma = list.find(',');
+    const std::string_view name = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    if (name.empty()) continue;
+    const FeatureName* row = nullptr;
+    for (const FeatureName& n : feature_names)
+      if (name == n.name) row = &n;
+    if (row == nullptr)
+      throw Error(fmt::format(
+          "SPECDEC_CPU_HIDE: unknown feature '{}': expected a comma-separated list of avx2, "
+          "avx_vnni, avx512, avx512_vnni, avx512_bf16, amx",
+          name));
+    f.*(row->field) = false;
+  }
+  return f;
+}
+
 /// The host's features (specdec/host_cpu.hpp, shared with the sampling core), AMX only once
-/// Linux granted this process tile data.
+/// Linux granted this process tile data, less those SPECDEC_CPU_HIDE names.
 CpuFeatures detect_features() {
   const HostCpu& h = host_cpu();
   CpuFeatures f;
@@ -48,7 +85,12 @@ CpuFeatures detect_features() {
   f.avx512_vnni = h.avx512_vnni;
   f.avx512_bf16 = h.avx512_bf16;
   f.amx = h.amx_tiles && detail::amx_request_permission();
-  return f;
+  return hide_features_from_env(f);
+}
+
+std::optional<CpuFeatures>& features_override() {
+  static std::optional<CpuFeatures> value;
+  return value;
 }
 
 }  // namespace
@@ -67,9 +109,24 @@ const char* isa_name(Isa isa) noexcept {
   return "?";
 }
 
-const CpuFeatures& cpu_features() {
+namespace {
+const CpuFeatures& detected_features() {
   static const CpuFeatures features = detect_features();
   return features;
+}
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  if (features_override()) return *features_override();
+  return detected_features();
+}
+
+void set_cpu_features_override(std::optional<CpuFeatures> features) {
+  if (features)
+    for (const FeatureName& n : feature_names)
+      if ((*features).*(n.field) && !(detected_features().*(n.field)))
+        throw Error(fmt::format("set_cpu_features_override: {} is not available here", n.name));
+  features_override() = features;
 }
 
 bool isa_supported(Isa isa) {
@@ -511,10 +568,13 @@ DType checked_quant_type(DType t) {
 bool avx512_vnni_kernels(Isa isa) {
   return (isa == Isa::avx512 || isa == Isa::amx) && cpu_features().avx512_vnni;
 }
-/// Whether the integer kernels of `isa` read the rows16 layout: the AVX512-VNNI ones, and the
-/// AVX-VNNI one of Isa::avx2 (which reads nothing else).
-bool vnni_integer_kernels(Isa isa) {
-  return avx512_vnni_kernels(isa) || (isa == Isa::avx2 && cpu_features().avx_vnni);
+/// The kernel that reads the rows16 layout on `isa`: the AVX512-VNNI one; else, on any AVX2
+/// level, the AVX-VNNI one where the CPU has it, else the AVX2 one; none on portable.
+enum class Rows16Kernel : std::uint8_t { none, avx512_vnni, avx_vnni, avx2 };
+Rows16Kernel rows16_kernel(Isa isa) {
+  if (isa == Isa::portable) return Rows16Kernel::none;
+  if (avx512_vnni_kernels(isa)) return Rows16Kernel::avx512_vnni;
+  return cpu_features().avx_vnni ? Rows16Kernel::avx_vnni : Rows16Kernel::avx2;
 }
 
 /// The integer kernels of `isa` over the file's layout: AVX512-VNNI where the CPU has it, else
@@ -578,7 +638,8 @@ void rows16_copy_row(DType dtype, std::size_t row_bytes, std::size_t lane, const
 }  // namespace
 
 bool repack_helps(Isa isa, DType dtype) noexcept {
-  return !is_float_dtype(dtype) && has_matmul_kernel(dtype) && vnni_integer_kernels(isa);
+  return !is_float_dtype(dtype) && has_matmul_kernel(dtype) &&
+         rows16_kernel(isa) != Rows16Kernel::none;
 }
 
 std::size_t repacked_bytes(Isa isa, const MatrixRef& w) noexcept {
@@ -626,9 +687,8 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
   float* y0 = y + row_begin;
   if (w.layout == WeightLayout::rows16) {
     if (!repack_helps(isa, w.dtype))
-      throw Error(fmt::format("matmul: [{}, {}] {} repacked for the VNNI kernels, called on {}{}",
-                              w.rows, w.cols, dtype_name(w.dtype), isa_name(isa),
-                              isa == Isa::avx2 ? " without AVX-VNNI" : ""));
+      throw Error(fmt::format("matmul: [{}, {}] {} repacked for the SIMD kernels, called on {}",
+                              w.rows, w.cols, dtype_name(w.dtype), isa_name(isa)));
     detail::QuantArgs args{checked_quant_type(w.dtype),
                            w.data + row_begin / 16 * 16 * w.row_bytes,
                            w.row_bytes,
@@ -643,8 +703,14 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
                            ldy};
     args.rows16 = true;
     args.first_lane = row_begin % 16;
-    if (avx512_vnni_kernels(isa)) return detail::quant_matmul_avx512vnni(args);
-    return detail::quant_matmul_avxvnni(args);
+    switch (rows16_kernel(isa)) {
+      case Rows16Kernel::avx512_vnni:
+        return detail::quant_matmul_avx512vnni(args);
+      case Rows16Kernel::avx_vnni:
+        return detail::quant_matmul_avxvnni(args);
+      default:  // repack_helps() refused Rows16Kernel::none above
+        return detail::quant_matmul_avx2_rows16(args);
+    }
   }
   const std::byte* w0 = w.data + row_begin * w.row_bytes;
   switch (x.format()) {

@@ -182,6 +182,7 @@ struct V512 {
   // 32 registers: 16 accumulators of blocks of 32, 8 tokens' sums of super-blocks (plus their
   // dots), 8 tokens of fused Q4_K (4 with both nibbles' chains).
   static constexpr std::size_t tokens32 = 16, tokens_k = 8, fused_q4_k = 8;
+  static constexpr bool exact_u8_dot = true;  ///< vpdpbusd
   static constexpr int paired_q4_k = 4;
 
   static I zero() { return _mm512_setzero_si512(); }

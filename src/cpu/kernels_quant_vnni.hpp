@@ -22,6 +22,12 @@
 //    slli32 / srai16 / srai32, add8, sub8, add32, sub32, mullo16, mullo32, shuffle8, add8_where
 //    (w + v in the bytes where all & bit == bit), iq4_table, dpbusd_x4 (acc + dot of w with the
 //    4 int8 at x, broadcast), dpwssd_x2 (acc + pairs of w times the 2 int16 at s, broadcast);
+//  - exact_u8_dot: whether dpbusd_x4 is exact for any unsigned byte w (vpdpbusd) or only for
+//    w <= 127 (AVX2's vpmaddubsw, whose int16 pair sums saturate above that: 2 x 127 x 127 fits).
+//    When false, the types with z = 128 (u = value + 128, up to 255) keep their weights signed
+//    (signed_weights() below) and V also supplies iq4_table_i8 and dpbssd_x4 (signed w, exact
+//    for |w| <= 128 against the activations' |x| <= 127), and Q4_K's high nibbles are shifted
+//    down instead of multiplied by 16 in place;
 //  - float ops: half_lo (binary16 in each lane's low half), cvt, set1_ps, mul, fmadd, fnmadd,
 //    negate, load_ps / store_ps (aligned), store (masked, unaligned);
 //  - for_each_group(a, block_bytes, f): f(group, mask, y of its lane 0) for each group of lanes
@@ -77,6 +83,28 @@ struct VnniKernel {
   using F = typename V::F;
   using Mask = typename V::Mask;
   static constexpr int lanes = V::lanes;
+
+  /// Whether type q's weights are unpacked signed (the value, not u = value + 128) and multiplied
+  /// by dpbssd_x4 without a zero-point term: the types with z = 128 on a V whose unsigned dot is
+  /// exact only up to 127. Same integer sums either way, so the same results.
+  static constexpr bool signed_weights(DType q) {
+    return !V::exact_u8_dot && quant_traits(q).zero_point == 128;
+  }
+  template <bool Signed>
+  [[gnu::always_inline]] static I dot_x4(I acc, I w, const std::int8_t* x) {
+    if constexpr (Signed)
+      return V::dpbssd_x4(acc, w, x);
+    else
+      return V::dpbusd_x4(acc, w, x);
+  }
+  /// The IQ4_NL / IQ4_XS value table of the weights' form (signed or + 128).
+  template <bool Signed>
+  static I iq4_values() {
+    if constexpr (Signed)
+      return V::iq4_table_i8();
+    else
+      return V::iq4_table();
+  }
 
   // ----------------------------------------------------------------------------------------------
   // Byte helpers.
@@ -142,7 +170,8 @@ struct VnniKernel {
     if constexpr (Q == DType::q8_0) {
       // Signed bytes made unsigned: w ^ 0x80 = w + 128 as u8, exact for every int8 (-128 too).
       rows.template load<8>(q8_0_qs, o.w);
-      for (int k = 0; k < 8; ++k) o.w[k] = V::xor_(o.w[k], V::splat8(0x80));
+      if constexpr (!signed_weights(Q))
+        for (int k = 0; k < 8; ++k) o.w[k] = V::xor_(o.w[k], V::splat8(0x80));
       o.d = rows.template load_half<q8_0_bytes>(q8_0_d);
       return;
     }
@@ -168,7 +197,7 @@ struct VnniKernel {
     if constexpr (Q == DType::q5_0) add_fifth_bits(rows.load1(q5_0_qh), o.w);
     if constexpr (Q == DType::q5_1) add_fifth_bits(rows.load1(q5_1_qh), o.w);
     if constexpr (Q == DType::iq4_nl) {
-      const I table = V::iq4_table();
+      const I table = iq4_values<signed_weights(Q)>();
       for (int k = 0; k < 8; ++k) o.w[k] = V::shuffle8(table, o.w[k]);
     }
   }
@@ -189,9 +218,9 @@ struct VnniKernel {
         const std::int8_t* x = a.xq + (t0 + t) * a.cols + b * 32;
         // The zero point as the start value: -z * sum(x) = offset * z / 128 (offset = -128 sum).
         I isum = V::zero();
-        if constexpr (traits.zero_point != 0)
+        if constexpr (traits.zero_point != 0 && !signed_weights(Q))
           isum = V::srai32(V::set1_32(a.x_offsets[xb]), zero_point_shift(Q));
-        for (int k = 0; k < 8; ++k) isum = V::dpbusd_x4(isum, blk.w[k], x + 4 * k);
+        for (int k = 0; k < 8; ++k) isum = dot_x4<signed_weights(Q)>(isum, blk.w[k], x + 4 * k);
         const F dx = V::set1_ps(a.xd[xb]);
         acc[t] = V::fmadd(V::cvt(isum), V::mul(blk.d, dx), acc[t]);
         if constexpr (traits.has_min) {
@@ -240,10 +269,18 @@ struct VnniKernel {
     F d, m;  ///< d, and m = -dmin for the types with mins
   };
 
-  /// The unpacked weights and scales of Q4_K make the integer sum 2^4 times the block's: its high
-  /// nibbles stay in place, as 16 x the weight, and the low nibbles' scales are multiplied by 16
-  /// (one instruction less per 64 weights); the sum is shifted back, exactly.
-  static constexpr int unpack_shift(DType q) { return q == DType::q4_k ? 4 : 0; }
+  /// Where dpbusd takes any byte, the unpacked weights and scales of Q4_K make the integer sum
+  /// 2^4 times the block's: its high nibbles stay in place, as 16 x the weight, and the low
+  /// nibbles' scales are multiplied by 16 (one instruction less per 64 weights); the sum is
+  /// shifted back, exactly. Else (up to 240 would saturate) the high nibbles are shifted down.
+  static constexpr int unpack_shift(DType q) { return q == DType::q4_k && V::exact_u8_dot ? 4 : 0; }
+  /// Q4_K's high nibbles as unpack_shift() wants them.
+  static I q4_k_high(I q) {
+    if constexpr (V::exact_u8_dot)
+      return V::and_(q, V::splat8(0xf0));
+    else
+      return high_nibbles(q);
+  }
 
   /// Q4_K / Q5_K scales and mins: 8 6-bit values each from 12 bytes (kernels.hpp's table).
   template <class Src>
@@ -322,15 +359,16 @@ struct VnniKernel {
       }
     } else if constexpr (Q == DType::q4_k) {
       k_scales_mins(rows, o);
-      // Sub-blocks 2c and 2c + 1: the low and high nibbles of qs[32c .. 32c + 31], the high ones
-      // in place (16 x the weight) and the low ones' scales times 16: 16 x the block's sum.
+      // Sub-blocks 2c and 2c + 1: the low and high nibbles of qs[32c .. 32c + 31] (with
+      // unpack_shift 4, the high ones in place, 16 x the weight, and the low ones' scales times
+      // 16: 16 x the block's sum).
       for (int c = 0; c < 4; ++c) {
-        o.sc[2 * c] = V::slli32(o.sc[2 * c], 4);
+        o.sc[2 * c] = V::slli32(o.sc[2 * c], unpack_shift(Q));
         I q[8];
         rows.template load<8>(q4_k_qs + 32 * c, q);
         for (int k = 0; k < 8; ++k) {
           o.w[16 * c + k] = low_nibbles(q[k]);
-          o.w[16 * c + 8 + k] = V::and_(q[k], V::splat8(0xf0));
+          o.w[16 * c + 8 + k] = q4_k_high(q[k]);
         }
       }
     } else if constexpr (Q == DType::q5_k) {
@@ -387,13 +425,15 @@ struct VnniKernel {
             V::and_(2 * j >= 4 ? V::srli32(high, 2 * j - 4) : V::slli32(high, 4 - 2 * j), two);
         o.sc[j] = V::sub32(V::or_(lo4, hi2), V::set1_32(32));
       }
-      for (int i = 0; i < 4; ++i) {
-        const I pair =
-            V::or_(V::and_(o.sc[2 * i], V::set1_32(0xffff)), V::slli32(o.sc[2 * i + 1], 16));
-        o.zm[i] = V::mullo16(pair, V::set1_16(-128));
-      }
+      // The zero-point factors -128 x scale (signed weights need none).
+      if constexpr (!signed_weights(Q))
+        for (int i = 0; i < 4; ++i) {
+          const I pair =
+              V::or_(V::and_(o.sc[2 * i], V::set1_32(0xffff)), V::slli32(o.sc[2 * i + 1], 16));
+          o.zm[i] = V::mullo16(pair, V::set1_16(-128));
+        }
       // Sub-blocks 2c, 2c + 1: 16 bytes of qs each; low nibbles weights 0-15, high 16-31.
-      const I table = V::iq4_table();
+      const I table = iq4_values<signed_weights(Q)>();
       for (int c = 0; c < 4; ++c) {
         I q[8];
         rows.template load<8>(iq4_xs_qs + 32 * c, q);
@@ -408,12 +448,12 @@ struct VnniKernel {
   }
 
   /// The end of a super-block for T tokens: isum[t] (the scaled sub-block dots) with the
-  /// zero-point or min terms against the activation sums, then the float steps into
-  /// acc[t][lane].
-  template <int T, int SD, bool HasMin, int Shift>
+  /// zero-point or min terms against the activation sums (none for signed weights), then the
+  /// float steps into acc[t][lane].
+  template <int T, int SD, bool HasMin, int Shift, bool Signed>
   [[gnu::always_inline]] static void k_finish(const BlockK& o, const QuantArgs& a, std::size_t t0,
                                               std::size_t b, I* isum, float* acc) {
-    constexpr int nz = SD == 4 ? 8 : 4;
+    constexpr int nz = Signed ? 0 : SD == 4 ? 8 : 4;
     const std::size_t blocks = a.cols / 256;
     for (int t = 0; t < T; ++t) {
       const std::size_t xb = (t0 + t) * blocks + b;
@@ -431,7 +471,7 @@ struct VnniKernel {
 
   /// T tokens from t0 against super-block b of the group: acc[t][lane] += the block's terms, in
   /// the documented order.
-  template <int T, int SD, bool HasMin, int Shift>
+  template <int T, int SD, bool HasMin, int Shift, bool Signed>
   static void k_tokens(const BlockK& o, const QuantArgs& a, std::size_t t0, std::size_t b,
                        float* acc) {
     constexpr int subs = 64 / SD;
@@ -447,12 +487,12 @@ struct VnniKernel {
       for (int t = 0; t < T; ++t) dot[t] = V::zero();
       for (int i = 0; i < SD; ++i) {
         const I w = o.w[SD * j + i];
-        for (int t = 0; t < T; ++t) dot[t] = V::dpbusd_x4(dot[t], w, x[t] + 4 * (SD * j + i));
+        for (int t = 0; t < T; ++t) dot[t] = dot_x4<Signed>(dot[t], w, x[t] + 4 * (SD * j + i));
       }
       const I sc = o.sc[j];
       for (int t = 0; t < T; ++t) isum[t] = V::add32(isum[t], V::mullo32(dot[t], sc));
     }
-    k_finish<T, SD, HasMin, Shift>(o, a, t0, b, isum, acc);
+    k_finish<T, SD, HasMin, Shift, Signed>(o, a, t0, b, isum, acc);
   }
 
   /// Q4_K for up to fused_q4_k tokens (decode, a verify): each weight register is multiplied by
@@ -477,14 +517,14 @@ struct VnniKernel {
     for (int t = 0; t < T; ++t) isum[t] = V::zero();
     for (int c = 0; c < 4; ++c) {
       // Sub-blocks 2c (low nibbles, scale x 16) and 2c + 1 (high nibbles in place), as unpack_k.
-      const I sc_lo = V::slli32(o.sc[2 * c], 4), sc_hi = o.sc[2 * c + 1];
+      const I sc_lo = V::slli32(o.sc[2 * c], unpack_shift(DType::q4_k)), sc_hi = o.sc[2 * c + 1];
       I q[8];
       rows.template load<8>(q4_k_qs + 32 * c, q);
       if constexpr (T <= V::paired_q4_k) {
         I lo[T], hi[T];
         for (int t = 0; t < T; ++t) lo[t] = hi[t] = V::zero();
         for (int k = 0; k < 8; ++k) {
-          const I wl = low_nibbles(q[k]), wh = V::and_(q[k], V::splat8(0xf0));
+          const I wl = low_nibbles(q[k]), wh = q4_k_high(q[k]);
           for (int t = 0; t < T; ++t) {
             lo[t] = V::dpbusd_x4(lo[t], wl, x[t] + 4 * (16 * c + k));
             hi[t] = V::dpbusd_x4(hi[t], wh, x[t] + 4 * (16 * c + 8 + k));
@@ -499,7 +539,7 @@ struct VnniKernel {
           I dot[T];
           for (int t = 0; t < T; ++t) dot[t] = V::zero();
           for (int k = 0; k < 8; ++k) {
-            const I w = half == 0 ? low_nibbles(q[k]) : V::and_(q[k], V::splat8(0xf0));
+            const I w = half == 0 ? low_nibbles(q[k]) : q4_k_high(q[k]);
             for (int t = 0; t < T; ++t)
               dot[t] = V::dpbusd_x4(dot[t], w, x[t] + 4 * (16 * c + 8 * half + k));
           }
@@ -509,8 +549,8 @@ struct VnniKernel {
       }
     }
     constexpr QuantTraits traits = quant_traits(DType::q4_k);
-    k_finish<T, traits.sub_elems / 4, traits.has_min, unpack_shift(DType::q4_k)>(o, a, t0, b, isum,
-                                                                                 acc);
+    k_finish<T, traits.sub_elems / 4, traits.has_min, unpack_shift(DType::q4_k), false>(o, a, t0, b,
+                                                                                        isum, acc);
   }
 
   /// k_tokens of type Q for 1 .. V::tokens_k tokens.
@@ -521,8 +561,8 @@ struct VnniKernel {
     using Fn = void (*)(const BlockK&, const QuantArgs&, std::size_t, std::size_t, float*);
     static constexpr QuantTraits traits = quant_traits(Q);
     static constexpr Fn table[sizeof...(T)] = {
-        &k_tokens<static_cast<int>(T) + 1, traits.sub_elems / 4, traits.has_min,
-                  unpack_shift(Q)>...};
+        &k_tokens<static_cast<int>(T) + 1, traits.sub_elems / 4, traits.has_min, unpack_shift(Q),
+                  signed_weights(Q)>...};
   };
   /// q4_k_fused over blocks of type Src for 1 .. V::fused_q4_k tokens.
   template <class Src, class Seq = std::make_index_sequence<V::fused_q4_k>>

@@ -10,6 +10,7 @@ list(APPEND SOURCES
   cpu/kernels_quant_avx2.cpp
   cpu/kernels_quant_avx512vnni.cpp
   cpu/kernels_quant_avxvnni.cpp
+  cpu/kernels_quant_avx2_rows16.cpp
   cpu/thread_pool.cpp
   cpu/transformer.cpp)
 list(APPEND PUBLIC_LIBS specdec_model)
@@ -24,7 +25,9 @@ set(_specdec_cpu_avx512 ${_specdec_cpu_avx2} -mavx512f -mavx512bw -mavx512vl -ma
     -Wno-uninitialized -Wno-maybe-uninitialized)
 set_source_files_properties(cpu/kernels.cpp cpu/kernels_quant.cpp cpu/thread_pool.cpp
   cpu/transformer.cpp PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
+# kernels_quant_avx2_rows16.cpp: the rows16 layout on AVX2 CPUs without VNNI (no -mavxvnni).
 set_source_files_properties(cpu/kernels_avx2.cpp cpu/kernels_quant_avx2.cpp
+  cpu/kernels_quant_avx2_rows16.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx2}")
 set_source_files_properties(cpu/kernels_avx512.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx512}")

@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,33 @@ std::vector<Isa> supported_isas() {
     if (cpu::isa_supported(isa)) out.push_back(isa);
   return out;
 }
+
+/// The CPU features under which each kernel that reads the rows16 layout runs here: the detected
+/// ones (AVX512-VNNI on Isa avx512 / amx, AVX-VNNI or AVX2 on Isa avx2), then, where the CPU has
+/// them, without AVX-VNNI, and without any VNNI (the AVX2 kernel of CPUs without it, on every
+/// Isa but portable).
+std::vector<std::pair<std::string, cpu::CpuFeatures>> rows16_feature_sets() {
+  const cpu::CpuFeatures detected = cpu::cpu_features();
+  std::vector<std::pair<std::string, cpu::CpuFeatures>> out = {{"detected features", detected}};
+  cpu::CpuFeatures f = detected;
+  if (f.avx_vnni) {
+    f.avx_vnni = false;
+    out.emplace_back("without AVX-VNNI", f);
+  }
+  if (f.avx512_vnni) {
+    f.avx512_vnni = false;
+    out.emplace_back("without VNNI", f);
+  }
+  return out;
+}
+
+/// Restores the detected CPU features when it leaves scope (also on a failed REQUIRE).
+struct FeaturesGuard {
+  FeaturesGuard() = default;
+  FeaturesGuard(const FeaturesGuard&) = delete;
+  FeaturesGuard& operator=(const FeaturesGuard&) = delete;
+  ~FeaturesGuard() { cpu::set_cpu_features_override(std::nullopt); }
+};
 
 std::vector<float> normal_floats(std::size_t n, unsigned seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -335,7 +363,7 @@ TEST_CASE("repacked weights (rows16): the same rows and bitwise the same product
   for (Isa isa : supported_isas())
     if (cpu::repack_helps(isa, DType::q4_k)) isas.push_back(isa);
   if (isas.empty()) {
-    WARN("SKIPPED: neither AVX512-VNNI nor AVX-VNNI (every Isa reads the file's layout)");
+    WARN("SKIPPED: no AVX2 (only the portable kernels, which read the file's layout)");
     return;
   }
   for (DType dtype : integer_types) {
@@ -361,23 +389,37 @@ TEST_CASE("repacked weights (rows16): the same rows and bitwise the same product
                 0);
       }
       const std::vector<float> x = normal_floats(16 * cols, static_cast<unsigned>(cols), 2.0f);
-      for (Isa isa : isas)
+      // The file layout's kernel of the detected features is the reference of every kernel that
+      // reads the layout.
+      std::vector<std::vector<float>> file(isas.size() * 17);
+      for (std::size_t i = 0; i < isas.size(); ++i)
         for (std::size_t n = 1; n <= 16; ++n) {
-          INFO("n=" << n << " " << cpu::isa_name(isa));
           cpu::PackedInput in;
-          in.pack(isa, dtype, x.data(), n, cols, cols);
-          std::vector<float> file(n * rows), repacked(n * rows, std::nanf(""));
-          cpu::matmul(isa, m.ref, in, 0, rows, file.data(), rows);
-          for (std::size_t r0 = 0; r0 < rows; r0 += 13)
-            cpu::matmul(isa, w, in, r0, std::min(rows, r0 + 13), repacked.data(), rows);
-          REQUIRE(bitwise_equal(repacked, file));
+          in.pack(isas[i], dtype, x.data(), n, cols, cols);
+          file[i * 17 + n].resize(n * rows);
+          cpu::matmul(isas[i], m.ref, in, 0, rows, file[i * 17 + n].data(), rows);
         }
-      // Only the VNNI kernels read the layout: any other Isa is refused by name.
+      const FeaturesGuard guard;
+      for (const auto& [features_name, features] : rows16_feature_sets()) {
+        cpu::set_cpu_features_override(features);
+        for (std::size_t i = 0; i < isas.size(); ++i)
+          for (std::size_t n = 1; n <= 16; ++n) {
+            INFO("n=" << n << " " << cpu::isa_name(isas[i]) << ", " << features_name);
+            cpu::PackedInput in;
+            in.pack(isas[i], dtype, x.data(), n, cols, cols);
+            std::vector<float> repacked(n * rows, std::nanf(""));
+            for (std::size_t r0 = 0; r0 < rows; r0 += 13)
+              cpu::matmul(isas[i], w, in, r0, std::min(rows, r0 + 13), repacked.data(), rows);
+            REQUIRE(bitwise_equal(repacked, file[i * 17 + n]));
+          }
+      }
+      cpu::set_cpu_features_override(std::nullopt);
+      // The portable kernels do not read the layout: refused by name.
       cpu::PackedInput in;
       in.pack(Isa::portable, dtype, x.data(), 1, cols, cols);
       std::vector<float> y(rows);
       CHECK_THROWS_WITH(cpu::matmul(Isa::portable, w, in, 0, rows, y.data(), rows),
-                        Catch::Contains("repacked for the VNNI kernels, called on portable"));
+                        Catch::Contains("repacked for the SIMD kernels, called on portable"));
     }
   }
   // The float types are read as they are: no copy.
@@ -385,8 +427,8 @@ TEST_CASE("repacked weights (rows16): the same rows and bitwise the same product
     const TestMatrix m = make_matrix(dtype, 16, 64, 7);
     CHECK(cpu::repacked_bytes(isas.front(), m.ref) == 0);
   }
-  // AVX2 reads rows16 with the AVX-VNNI kernel only; portable never.
-  CHECK(cpu::repack_helps(Isa::avx2, DType::q4_k) == cpu::cpu_features().avx_vnni);
+  // Every SIMD level reads rows16; portable never.
+  CHECK(cpu::repack_helps(Isa::avx2, DType::q4_k) == cpu::isa_supported(Isa::avx2));
   CHECK_FALSE(cpu::repack_helps(Isa::portable, DType::q4_k));
 }
 
@@ -485,7 +527,7 @@ TEST_CASE("AVX-512 row packing holds exactly the portable conversions", "[cpu][k
 
 TEST_CASE("Q8_0 on every kernel is bitwise the documented order, -128 quants included",
           "[cpu][kernels]") {
-  // The SIMD levels here; those with the VNNI kernel also read the repacked layout.
+  // The SIMD levels here, all of which also read the repacked layout.
   std::vector<Isa> isas;
   for (Isa isa : supported_isas())
     if (isa != Isa::portable) isas.push_back(isa);
@@ -550,20 +592,26 @@ TEST_CASE("Q8_0 on every kernel is bitwise the documented order, -128 quants inc
             }
             REQUIRE(std::memcmp(&acc, &expected[t * rows + r], sizeof acc) == 0);
           }
-        for (Isa isa : isas) {
-          INFO(cpu::isa_name(isa));
-          cpu::PackedInput packed;
-          packed.pack(isa, DType::q8_0, x.data(), n, cols, cols);
-          // Each layout, in row ranges that start and end inside groups of 16.
-          for (const cpu::MatrixRef* m : layouts) {
-            if (m->layout == cpu::WeightLayout::rows16 && !cpu::repack_helps(isa, DType::q8_0))
-              continue;
-            std::vector<float> got(n * rows, std::nanf(""));
-            for (std::size_t r0 = 0; r0 < rows; r0 += 13)
-              cpu::matmul(isa, *m, packed, r0, std::min(rows, r0 + 13), got.data(), rows);
-            CHECK(bitwise_equal(got, expected));
+        // Every kernel of this CPU (rows16_feature_sets()), at every SIMD level.
+        const FeaturesGuard guard;
+        for (const auto& [features_name, features] : rows16_feature_sets()) {
+          cpu::set_cpu_features_override(features);
+          for (Isa isa : isas) {
+            INFO(cpu::isa_name(isa) << ", " << features_name);
+            cpu::PackedInput packed;
+            packed.pack(isa, DType::q8_0, x.data(), n, cols, cols);
+            // Each layout, in row ranges that start and end inside groups of 16.
+            for (const cpu::MatrixRef* m : layouts) {
+              if (m->layout == cpu::WeightLayout::rows16 && !cpu::repack_helps(isa, DType::q8_0))
+                continue;
+              std::vector<float> got(n * rows, std::nanf(""));
+              for (std::size_t r0 = 0; r0 < rows; r0 += 13)
+                cpu::matmul(isa, *m, packed, r0, std::min(rows, r0 + 13), got.data(), rows);
+              CHECK(bitwise_equal(got, expected));
+            }
           }
         }
+        cpu::set_cpu_features_override(std::nullopt);
       }
     }
   }

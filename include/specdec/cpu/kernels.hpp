@@ -100,8 +100,17 @@ struct CpuFeatures {
   bool amx = false;  ///< AMX-TILE, -BF16, -INT8 and the kernel granted this process tile data
 };
 
-/// Detected once (cpuid, xgetbv, and for AMX the arch_prctl permission request).
+/// Detected once (cpuid, xgetbv, and for AMX the arch_prctl permission request), less the
+/// features named in the environment variable SPECDEC_CPU_HIDE (a comma-separated list of
+/// avx2, avx_vnni, avx512, avx512_vnni, avx512_bf16, amx: the kernels then run as on a CPU without
+/// them, e.g. SPECDEC_CPU_HIDE=avx_vnni,avx512_vnni for the AVX2 kernels of CPUs without VNNI);
+/// throws specdec::Error naming the variable for an unknown name.
 const CpuFeatures& cpu_features();
+/// For tests and benchmarks: makes cpu_features() return `features` (throws when it names a
+/// feature the detection did not find); std::nullopt restores the detected ones. Not thread-safe
+/// with kernels in flight; weights repacked before stay valid (the rows16 layout is the same for
+/// every kernel that reads it).
+void set_cpu_features_override(std::optional<CpuFeatures> features);
 /// The most capable Isa this machine runs.
 Isa best_isa();
 /// Whether this machine can run kernels of `isa`.
@@ -127,12 +136,12 @@ std::size_t physical_cores();
 enum class WeightLayout : std::uint8_t {
   /// As in the file: row r at data + r * row_bytes.
   rows,
-  /// Interleaved for the VNNI integer kernels (repack_weights()): groups of 16 rows, group g's
+  /// Interleaved for the SIMD integer kernels (repack_weights()): groups of 16 rows, group g's
   /// 16 x row_bytes bytes at data + 16 * g * row_bytes, the rows' blocks interleaved field by
   /// field (src/cpu/kernels_impl.hpp, "rows16") so that the kernel reads them as one stream of
-  /// ready registers. Only matmul() on Isa::avx512 / amx with AVX512-VNNI or Isa::avx2 with
-  /// AVX-VNNI (which reads each 64-byte register as two halves of 8 rows), and dequantize_row()
-  /// read it.
+  /// ready registers. matmul() on every Isa but portable reads it (AVX512-VNNI with 16 rows in a
+  /// zmm; AVX-VNNI, or AVX2 without VNNI, reading each 64-byte register as two halves of 8 rows),
+  /// and dequantize_row().
   rows16,
 };
 
@@ -171,9 +180,8 @@ class WeightBuffer {
 };
 
 /// Whether `isa`'s kernels read `dtype` faster from a repacked copy: the integer types (Q8_0,
-/// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS) on Isa::avx512 / amx when the CPU has
-/// AVX512-VNNI and on Isa::avx2 when it has AVX-VNNI. (The AVX2 kernels of CPUs without VNNI,
-/// the portable ones and the float types read the file's layout.)
+/// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS) on every Isa but portable. (The
+/// portable kernels and the float types read the file's layout.)
 bool repack_helps(Isa isa, DType dtype) noexcept;
 
 /// Bytes of w's copy in the layout the kernels of `isa` read fastest: the matrix's size rounded
