@@ -637,12 +637,12 @@ void rows16_copy_row(DType dtype, std::size_t row_bytes, std::size_t lane, const
 
 }  // namespace
 
-bool repack_helps(Isa isa, DType dtype) noexcept {
+bool repack_helps(Isa isa, DType dtype) {
   return !is_float_dtype(dtype) && has_matmul_kernel(dtype) &&
          rows16_kernel(isa) != Rows16Kernel::none;
 }
 
-std::size_t repacked_bytes(Isa isa, const MatrixRef& w) noexcept {
+std::size_t repacked_bytes(Isa isa, const MatrixRef& w) {
   if (w.layout != WeightLayout::rows || !repack_helps(isa, w.dtype)) return 0;
   return (w.rows + 15) / 16 * 16 * w.row_bytes;
 }

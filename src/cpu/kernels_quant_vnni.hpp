@@ -1,7 +1,9 @@
 // The VNNI integer kernels of the quantised types (kernels_impl.hpp, "the quantised types"), one
-// algorithm for two vector widths: included by kernels_quant_avx512vnni.cpp (16 lanes, zmm,
-// AVX512-VNNI) and kernels_quant_avxvnni.cpp (8 lanes, ymm, AVX-VNNI), each compiled with its own
-// flags and supplying V, the vector operations of its width (below, "What V supplies").
+// algorithm for three kernels: included by kernels_quant_avx512vnni.cpp (16 lanes, zmm,
+// AVX512-VNNI), kernels_quant_avxvnni.cpp (8 lanes, ymm, AVX-VNNI) and
+// kernels_quant_avx2_rows16.cpp (8 lanes, ymm, vpdpbusd written as AVX2's vpmaddubsw + vpmaddwd
+// for CPUs without VNNI), each compiled with its own flags and supplying V, the vector operations
+// of its width (below, "What V supplies").
 //
 // Lanes = rows. A block of the group's rows is read once from memory, as registers holding in lane
 // r the dword i (bytes 4i..4i+3) of row r: loaded ready from the rows16 layout of

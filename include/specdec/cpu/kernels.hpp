@@ -46,10 +46,11 @@
 //    (x_k the activation quants, xsum_j their sum over sub-block j; |isum| < 2^29) and run
 //        acc = fma(float(isum), d * dx, acc);  acc = fma(float(msum), m * dx, acc)  (with mins)
 //    over the blocks in order, dx the activation block's scale. Integers are exact in any order,
-//    so the portable kernel (which adds them one by one), the AVX2 kernel (vpmaddubsw/vpmaddwd,
-//    8 rows at a time), the AVX512-VNNI kernel (vpdpbusd with 16 rows in the lanes) and the
-//    AVX-VNNI kernel (the same with 8) give bitwise the same results, for any n, row range or
-//    thread.
+//    so the portable kernel (which adds them one by one), the AVX2 kernel of the file's layout
+//    (vpmaddubsw/vpmaddwd, 8 rows at a time), the AVX512-VNNI kernel (vpdpbusd with 16 rows in
+//    the lanes), the AVX-VNNI kernel (the same with 8) and the AVX2 kernel of the repacked layout
+//    (the same with vpmaddubsw + vpmaddwd) give bitwise the same results, for any n, row range
+//    or thread.
 //  - BF16 weights on AMX: activations are rounded to bf16 (like llama.cpp and PyTorch bf16
 //    inference), products are exact, and the tile unit accumulates each (row, token) element on
 //    its own in the hardware's fixed order (measured: not exactly a chain of fused multiply-adds,
@@ -182,12 +183,12 @@ class WeightBuffer {
 /// Whether `isa`'s kernels read `dtype` faster from a repacked copy: the integer types (Q8_0,
 /// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, the K-quants, IQ4_XS) on every Isa but portable. (The
 /// portable kernels and the float types read the file's layout.)
-bool repack_helps(Isa isa, DType dtype) noexcept;
+bool repack_helps(Isa isa, DType dtype);
 
 /// Bytes of w's copy in the layout the kernels of `isa` read fastest: the matrix's size rounded
 /// up to 16 rows; 0 when they read the file's layout (repack_helps() is false, or w is already
 /// repacked).
-std::size_t repacked_bytes(Isa isa, const MatrixRef& w) noexcept;
+std::size_t repacked_bytes(Isa isa, const MatrixRef& w);
 /// Writes that copy to `out` (repacked_bytes(isa, w) bytes, 64-byte aligned) and returns its
 /// view; matmul() on it gives bitwise the same products, for any row range. The rows past
 /// w.rows (to a multiple of 16) are zero.
