@@ -23,18 +23,24 @@ namespace {
 struct V256Madd : V256Ops {
   static constexpr bool exact_u8_dot = false;
 
-  static I ones16() { return _mm256_set1_epi16(1); }
+  /// Each lane's 4 unsigned bytes w (each <= 127) times the 4 int8 at x, as two int16 pair sums
+  /// (|u0 x0 + u1 x1| <= 32258: exact).
+  static I products_x4(I w, const std::int8_t* x) { return _mm256_maddubs_epi16(w, bcast32(x)); }
+  /// The same for signed bytes w: w x = |w| (x signed as w, 0 where w is 0), |w| <= 128 read
+  /// unsigned (-128 too) and |x| <= 127, so the pair sums stay within 2 x 128 x 127 = 32512.
+  static I products_signed_x4(I w, const std::int8_t* x) {
+    return _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(bcast32(x), w));
+  }
+  static I add16(I a, I b) { return _mm256_add_epi16(a, b); }
+  /// Pairs of int16 multiplied and added into int32 lanes (vpmaddwd).
+  static I madd16(I a, I b) { return _mm256_madd_epi16(a, b); }
   /// acc + the dot of each lane's 4 unsigned bytes w (each <= 127) with the 4 int8 at x.
   static I dpbusd_x4(I acc, I w, const std::int8_t* x) {
-    const I pairs = _mm256_maddubs_epi16(w, bcast32(x));  // |u0 x0 + u1 x1| <= 32258: exact
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, ones16()));
+    return _mm256_add_epi32(acc, madd16(products_x4(w, x), _mm256_set1_epi16(1)));
   }
-  /// acc + the dot of each lane's 4 signed bytes w with the 4 int8 at x: w x = |w| (x signed as
-  /// w, 0 where w is 0), |w| <= 128 read unsigned (-128 too) and |x| <= 127, so the pair sums
-  /// stay within 2 x 128 x 127 = 32512: exact.
+  /// acc + the dot of each lane's 4 signed bytes w (|w| <= 128) with the 4 int8 at x.
   static I dpbssd_x4(I acc, I w, const std::int8_t* x) {
-    const I pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(bcast32(x), w));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, ones16()));
+    return _mm256_add_epi32(acc, madd16(products_signed_x4(w, x), _mm256_set1_epi16(1)));
   }
   /// acc + pairs of int16 w times the 2 int16 at s (never both -32768: exact).
   static I dpwssd_x2(I acc, I w, const std::int16_t* s) {

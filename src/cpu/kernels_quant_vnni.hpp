@@ -29,7 +29,10 @@
 //    When false, the types with z = 128 (u = value + 128, up to 255) keep their weights signed
 //    (signed_weights() below) and V also supplies iq4_table_i8 and dpbssd_x4 (signed w, exact
 //    for |w| <= 128 against the activations' |x| <= 127), and Q4_K's high nibbles are shifted
-//    down instead of multiplied by 16 in place;
+//    down instead of multiplied by 16 in place. The super-blocks then also use V's int16 steps:
+//    products_x4 / products_signed_x4 (vpmaddubsw: each lane's two int16 pair sums of the 4
+//    products), add16, and madd16 (vpmaddwd), which applies a sub-block scale held as the int16
+//    pair (s, s) in each lane (scale_pairs below);
 //  - float ops: half_lo (binary16 in each lane's low half), cvt, set1_ps, mul, fmadd, fnmadd,
 //    negate, load_ps / store_ps (aligned), store (masked, unaligned);
 //  - for_each_group(a, block_bytes, f): f(group, mask, y of its lane 0) for each group of lanes
@@ -99,6 +102,54 @@ struct VnniKernel {
     else
       return V::dpbusd_x4(acc, w, x);
   }
+  /// The super-blocks' sub-block scales as the token loop multiplies them: int32 lanes for
+  /// vpmulld after vpdpbusd, or, where dpbusd is emulated, the int16 pair (s, s) in each lane:
+  /// vpmaddwd then applies the scale and adds the pair sums of vpmaddubsw in one instruction
+  /// (scaled_dots()).
+  static constexpr bool scale_pairs = !V::exact_u8_dot;
+  /// Scale from the unsigned byte j of each lane.
+  static I scale_u8(I v, int j) {
+    if constexpr (scale_pairs)
+      return bytes_u16_pair(v, j, j);
+    else
+      return byte_u32(v, j);
+  }
+  /// Scale from the signed byte j of each lane.
+  static I scale_i8(I v, int j) {
+    if constexpr (scale_pairs)
+      return bytes_i16_pair(v, j, j);
+    else
+      return byte_i32(v, j);
+  }
+  /// Scale from an int32 lane (|s| < 2^15).
+  static I scale_i32(I s) {
+    if constexpr (scale_pairs)
+      return V::or_(V::and_(s, V::set1_32(0xffff)), V::slli32(s, 16));
+    else
+      return s;
+  }
+  /// Where dpbusd is emulated: how many weight registers of type q (sub-blocks of sd registers)
+  /// one int16 sum may gather before vpmaddwd. Each register adds 2 products per int16, at most
+  /// 2 x 127 x the largest weight (|w| <= 128 signed), and the sum must stay within 32767.
+  static constexpr int int16_registers(DType q, int sd) {
+    const int max_w = q == DType::q2_k   ? 3
+                      : q == DType::q3_k ? 7
+                      : q == DType::q4_k ? 15  // unpack_shift 0 here
+                      : q == DType::q5_k ? 31
+                      : q == DType::q6_k ? 63
+                                         : 128;  // IQ4_XS, signed
+    int g = 1;
+    while (2 * g <= sd && 2 * (2 * g) * max_w * 127 <= 32767) g *= 2;
+    return g;
+  }
+  template <bool Signed>
+  [[gnu::always_inline]] static I products(I w, const std::int8_t* x) {
+    if constexpr (Signed)
+      return V::products_signed_x4(w, x);
+    else
+      return V::products_x4(w, x);
+  }
+
   /// The IQ4_NL / IQ4_XS value table of the weights' form (signed or + 128).
   template <bool Signed>
   static I iq4_values() {
@@ -301,8 +352,8 @@ struct VnniKernel {
     const I mn_lo = V::and_(h[2], V::splat8(0x3f));
     const I mn_hi = V::merge(V::srli32(h[3], 4), V::and_(V::srli32(h[2], 2), top), V::splat8(0x0f));
     for (int j = 0; j < 4; ++j) {
-      o.sc[j] = byte_u32(sc_lo, j);
-      o.sc[j + 4] = byte_u32(sc_hi, j);
+      o.sc[j] = scale_u8(sc_lo, j);
+      o.sc[j + 4] = scale_u8(sc_hi, j);
     }
     o.zm[0] = bytes_u16_pair(mn_lo, 0, 1);
     o.zm[1] = bytes_u16_pair(mn_lo, 2, 3);
@@ -316,7 +367,8 @@ struct VnniKernel {
     if constexpr (Q == DType::q2_k) {
       I s[4];  // scale bytes: low nibble the scale, high nibble the min, of sub-blocks 4i..4i+3
       rows.template load<4>(q2_k_scales, s);
-      for (int i = 0; i < 16; ++i) o.sc[i] = V::and_(byte_u32(s[i / 4], i % 4), V::set1_32(0x0f));
+      const I low4 = V::set1_32(scale_pairs ? 0x000f000f : 0x0f);
+      for (int i = 0; i < 16; ++i) o.sc[i] = V::and_(scale_u8(s[i / 4], i % 4), low4);
       for (int i = 0; i < 8; ++i)
         o.zm[i] = V::srli16(bytes_u16_pair(s[i / 2], 2 * (i % 2), 2 * (i % 2) + 1), 4);
       const I head = rows.load1(q2_k_d);  // d | dmin << 16 (block_layout's head)
@@ -341,7 +393,7 @@ struct VnniKernel {
         const I low = g < 2 ? src : V::srli32(src, 4);
         const I high = V::and_(V::slli32(V::srli32(sc[2], 2 * g), 4), V::splat8(0x30));
         const I scales = V::sub8(V::merge(low, high, V::splat8(0x0f)), V::splat8(32));
-        for (int b = 0; b < 4; ++b) o.sc[4 * g + b] = byte_i32(scales, b);
+        for (int b = 0; b < 4; ++b) o.sc[4 * g + b] = scale_i8(scales, b);
         o.zm[2 * g] = V::mullo16(bytes_i16_pair(scales, 0, 1), V::set1_16(-4));
         o.zm[2 * g + 1] = V::mullo16(bytes_i16_pair(scales, 2, 3), V::set1_16(-4));
       }
@@ -392,7 +444,7 @@ struct VnniKernel {
     } else if constexpr (Q == DType::q6_k) {
       I s[4];  // the 16 int8 scales, 4 per lane
       rows.template load<4>(q6_k_scales, s);
-      for (int i = 0; i < 16; ++i) o.sc[i] = byte_i32(s[i / 4], i % 4);
+      for (int i = 0; i < 16; ++i) o.sc[i] = scale_i8(s[i / 4], i % 4);
       for (int i = 0; i < 8; ++i)
         o.zm[i] =
             V::mullo16(bytes_i16_pair(s[i / 2], 2 * (i % 2), 2 * (i % 2) + 1), V::set1_16(-32));
@@ -434,6 +486,7 @@ struct VnniKernel {
               V::or_(V::and_(o.sc[2 * i], V::set1_32(0xffff)), V::slli32(o.sc[2 * i + 1], 16));
           o.zm[i] = V::mullo16(pair, V::set1_16(-128));
         }
+      for (int j = 0; j < 8; ++j) o.sc[j] = scale_i32(o.sc[j]);
       // Sub-blocks 2c, 2c + 1: 16 bytes of qs each; low nibbles weights 0-15, high 16-31.
       const I table = iq4_values<signed_weights(Q)>();
       for (int c = 0; c < 4; ++c) {
@@ -471,9 +524,38 @@ struct VnniKernel {
     }
   }
 
+  /// isum[t] += sc x (the dot of the N weight registers w[0 .. N) with the activations at
+  /// x[t] + off), for T tokens. The tokens' dot products advance together, one weight register
+  /// at a time: T independent chains in flight hide the multiply-add's latency (one chain per
+  /// token, run one after the other, left the multiply-add ports idle about a third of the
+  /// time). VNNI: vpdpbusd chains, then vpmulld by the scale. Emulated: vpmaddubsw's int16 pair
+  /// sums of G registers added in int16 (int16_registers()), then vpmaddwd by the scale pair.
+  template <int T, int N, bool Signed, int G>
+  [[gnu::always_inline]] static void scaled_dots(const I* w, const std::int8_t* const* x,
+                                                 std::size_t off, I sc, I* isum) {
+    if constexpr (!scale_pairs) {
+      I dot[T];
+      for (int t = 0; t < T; ++t) dot[t] = V::zero();
+      for (int i = 0; i < N; ++i)
+        for (int t = 0; t < T; ++t) dot[t] = dot_x4<Signed>(dot[t], w[i], x[t] + off + 4 * i);
+      for (int t = 0; t < T; ++t) isum[t] = V::add32(isum[t], V::mullo32(dot[t], sc));
+    } else {
+      static_assert(N % G == 0);
+      for (int g = 0; g < N; g += G) {
+        I sum16[T];
+        for (int i = 0; i < G; ++i)
+          for (int t = 0; t < T; ++t) {
+            const I p = products<Signed>(w[g + i], x[t] + off + 4 * (g + i));
+            sum16[t] = i == 0 ? p : V::add16(sum16[t], p);
+          }
+        for (int t = 0; t < T; ++t) isum[t] = V::add32(isum[t], V::madd16(sum16[t], sc));
+      }
+    }
+  }
+
   /// T tokens from t0 against super-block b of the group: acc[t][lane] += the block's terms, in
-  /// the documented order.
-  template <int T, int SD, bool HasMin, int Shift, bool Signed>
+  /// the documented order. G: int16_registers() where dpbusd is emulated.
+  template <int T, int SD, bool HasMin, int Shift, bool Signed, int G>
   static void k_tokens(const BlockK& o, const QuantArgs& a, std::size_t t0, std::size_t b,
                        float* acc) {
     constexpr int subs = 64 / SD;
@@ -481,19 +563,8 @@ struct VnniKernel {
     for (int t = 0; t < T; ++t) x[t] = a.xq + (t0 + t) * a.cols + b * 256;
     I isum[T];
     for (int t = 0; t < T; ++t) isum[t] = V::zero();
-    for (int j = 0; j < subs; ++j) {
-      // The tokens' dot products advance together, one weight register at a time: T independent
-      // vpdpbusd chains in flight hide the instruction's latency (one chain per token, run one
-      // after the other, left the multiply-add ports idle about a third of the time).
-      I dot[T];
-      for (int t = 0; t < T; ++t) dot[t] = V::zero();
-      for (int i = 0; i < SD; ++i) {
-        const I w = o.w[SD * j + i];
-        for (int t = 0; t < T; ++t) dot[t] = dot_x4<Signed>(dot[t], w, x[t] + 4 * (SD * j + i));
-      }
-      const I sc = o.sc[j];
-      for (int t = 0; t < T; ++t) isum[t] = V::add32(isum[t], V::mullo32(dot[t], sc));
-    }
+    for (int j = 0; j < subs; ++j)
+      scaled_dots<T, SD, Signed, G>(o.w + SD * j, x, std::size_t{4} * SD * j, o.sc[j], isum);
     k_finish<T, SD, HasMin, Shift, Signed>(o, a, t0, b, isum, acc);
   }
 
@@ -522,7 +593,15 @@ struct VnniKernel {
       const I sc_lo = V::slli32(o.sc[2 * c], unpack_shift(DType::q4_k)), sc_hi = o.sc[2 * c + 1];
       I q[8];
       rows.template load<8>(q4_k_qs + 32 * c, q);
-      if constexpr (T <= V::paired_q4_k) {
+      if constexpr (scale_pairs) {
+        // Emulated dpbusd: each sub-block's 8 registers in one int16 sum (15 x 127 x 16 fits).
+        constexpr int g = int16_registers(DType::q4_k, 8);
+        I w[8];
+        for (int k = 0; k < 8; ++k) w[k] = low_nibbles(q[k]);
+        scaled_dots<T, 8, false, g>(w, x, std::size_t{64} * c, sc_lo, isum);
+        for (int k = 0; k < 8; ++k) w[k] = q4_k_high(q[k]);
+        scaled_dots<T, 8, false, g>(w, x, std::size_t{64} * c + 32, sc_hi, isum);
+      } else if constexpr (T <= V::paired_q4_k) {
         I lo[T], hi[T];
         for (int t = 0; t < T; ++t) lo[t] = hi[t] = V::zero();
         for (int k = 0; k < 8; ++k) {
@@ -564,7 +643,7 @@ struct VnniKernel {
     static constexpr QuantTraits traits = quant_traits(Q);
     static constexpr Fn table[sizeof...(T)] = {
         &k_tokens<static_cast<int>(T) + 1, traits.sub_elems / 4, traits.has_min, unpack_shift(Q),
-                  signed_weights(Q)>...};
+                  signed_weights(Q), int16_registers(Q, traits.sub_elems / 4)>...};
   };
   /// q4_k_fused over blocks of type Src for 1 .. V::fused_q4_k tokens.
   template <class Src, class Seq = std::make_index_sequence<V::fused_q4_k>>

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <random>
@@ -16,6 +19,7 @@
 
 #include "random_model.hpp"
 #include "specdec/cpu/kernels.hpp"
+#include "specdec/model/quant_block_layouts.hpp"
 #include "specdec/model/quants.hpp"
 #include "specdec/model/random_blocks.hpp"
 #include "specdec_test.hpp"
@@ -607,6 +611,78 @@ TEST_CASE("Q8_0 on every kernel is bitwise the documented order, -128 quants inc
               std::vector<float> got(n * rows, std::nanf(""));
               for (std::size_t r0 = 0; r0 < rows; r0 += 13)
                 cpu::matmul(isa, *m, packed, r0, std::min(rows, r0 + 13), got.data(), rows);
+              CHECK(bitwise_equal(got, expected));
+            }
+          }
+        }
+        cpu::set_cpu_features_override(std::nullopt);
+      }
+    }
+  }
+}
+
+TEST_CASE("integer kernels at their int16 limits: extreme weights against +-127 activations",
+          "[cpu][kernels]") {
+  // Every quant byte of every block set to one value (0xFF: the largest unsigned weight of every
+  // type, -1 for Q8_0; 0x80: -128 for Q8_0; 0x00: IQ4's -127), the binary16 factors then set to
+  // a normal value, against activations all +127 or all -127 after quantisation. The AVX2
+  // kernels add pairs of products in saturating int16 (vpmaddubsw) and, for the super-blocks,
+  // several registers' pair sums in int16 before vpmaddwd: here every such sum is at its
+  // largest, so a bound taken one step too far (kernels_quant_vnni.hpp, int16_registers())
+  // saturates or wraps and differs from the portable kernel's plain int32 sums.
+  using namespace quant;
+  struct Factors {
+    DType type;
+    std::size_t at[2];  // binary16 factors (d, and m or dmin; SIZE_MAX: none)
+  };
+  constexpr std::size_t none = SIZE_MAX;
+  const Factors types[] = {
+      {DType::q8_0, {0, none}},
+      {DType::q4_0, {0, none}},
+      {DType::q4_1, {0, 2}},
+      {DType::q5_0, {0, none}},
+      {DType::q5_1, {0, 2}},
+      {DType::iq4_nl, {0, none}},
+      {DType::q2_k, {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)}},
+      {DType::q3_k, {offsetof(BlockQ3_K, d), none}},
+      {DType::q4_k, {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)}},
+      {DType::q5_k, {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)}},
+      {DType::q6_k, {offsetof(BlockQ6_K, d), none}},
+      {DType::iq4_xs, {offsetof(BlockIQ4XS, d), none}},
+  };
+  STATIC_REQUIRE(std::size(types) == std::size(integer_types));
+  const std::size_t rows = 21, cols = 512, n = 3;
+  for (const Factors& f : types) {
+    const std::size_t block_bytes = dtype_block_bytes(f.type);
+    const std::size_t row_bytes = cols / dtype_block_elems(f.type) * block_bytes;
+    for (unsigned char fill : {0xFF, 0x80, 0x00}) {
+      std::vector<std::byte> bytes(rows * row_bytes, std::byte{fill});
+      const std::uint16_t factor = fp32_to_fp16(1.0f / 1024);
+      for (std::size_t b = 0; b < bytes.size() / block_bytes; ++b)
+        for (std::size_t at : f.at)
+          if (at != none) std::memcpy(bytes.data() + b * block_bytes + at, &factor, 2);
+      const cpu::MatrixRef file{f.type, bytes.data(), rows, cols, row_bytes};
+      for (float sign : {1.0f, -1.0f}) {
+        INFO(dtype_name(f.type) << " bytes 0x" << std::hex << static_cast<int>(fill) << std::dec
+                                << ", activations " << sign * 127);
+        const std::vector<float> x(n * cols, sign);
+        cpu::PackedInput portable;
+        portable.pack(Isa::portable, f.type, x.data(), n, cols, cols);
+        std::vector<float> expected(n * rows);
+        cpu::matmul(Isa::portable, file, portable, 0, rows, expected.data(), rows);
+        const FeaturesGuard guard;
+        for (const auto& [features_name, features] : rows16_feature_sets()) {
+          cpu::set_cpu_features_override(features);
+          for (Isa isa : supported_isas()) {
+            if (!cpu::repack_helps(isa, f.type)) continue;
+            INFO(cpu::isa_name(isa) << ", " << features_name);
+            const cpu::WeightBuffer buffer(cpu::repacked_bytes(isa, file));
+            const cpu::MatrixRef w = cpu::repack_weights(isa, file, buffer.data());
+            cpu::PackedInput packed;
+            packed.pack(isa, f.type, x.data(), n, cols, cols);
+            for (const cpu::MatrixRef* m : {&file, &w}) {
+              std::vector<float> got(n * rows, std::nanf(""));
+              cpu::matmul(isa, *m, packed, 0, rows, got.data(), rows);
               CHECK(bitwise_equal(got, expected));
             }
           }
