@@ -568,13 +568,15 @@ DType checked_quant_type(DType t) {
 bool avx512_vnni_kernels(Isa isa) {
   return (isa == Isa::avx512 || isa == Isa::amx) && cpu_features().avx512_vnni;
 }
-/// The kernel that reads the rows16 layout on `isa`: the AVX512-VNNI one; else, on any AVX2
-/// level, the AVX-VNNI one where the CPU has it, else the AVX2 one; none on portable.
-enum class Rows16Kernel : std::uint8_t { none, avx512_vnni, avx_vnni, avx2 };
+/// The kernel that reads the rows16 layout on `isa`: the AVX512-VNNI one; else the AVX-VNNI one
+/// where the CPU has it; else, without VNNI, the AVX-512 one (Isa avx512 / amx) or the AVX2 one;
+/// none on portable.
+enum class Rows16Kernel : std::uint8_t { none, avx512_vnni, avx_vnni, avx512, avx2 };
 Rows16Kernel rows16_kernel(Isa isa) {
   if (isa == Isa::portable) return Rows16Kernel::none;
   if (avx512_vnni_kernels(isa)) return Rows16Kernel::avx512_vnni;
-  return cpu_features().avx_vnni ? Rows16Kernel::avx_vnni : Rows16Kernel::avx2;
+  if (cpu_features().avx_vnni) return Rows16Kernel::avx_vnni;
+  return isa == Isa::avx2 ? Rows16Kernel::avx2 : Rows16Kernel::avx512;
 }
 
 /// The integer kernels of `isa` over the file's layout: AVX512-VNNI where the CPU has it, else
@@ -708,6 +710,8 @@ void matmul(Isa isa, const MatrixRef& w, const PackedInput& x, std::size_t row_b
         return detail::quant_matmul_avx512vnni(args);
       case Rows16Kernel::avx_vnni:
         return detail::quant_matmul_avxvnni(args);
+      case Rows16Kernel::avx512:
+        return detail::quant_matmul_avx512_rows16(args);
       default:  // repack_helps() refused Rows16Kernel::none above
         return detail::quant_matmul_avx2_rows16(args);
     }

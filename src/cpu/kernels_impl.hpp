@@ -342,6 +342,8 @@ void quant_matmul_avx512vnni(const QuantArgs& a);
 void quant_matmul_avxvnni(const QuantArgs& a);
 /// AVX2 without VNNI over the rows16 layout only (kernels_quant_avx2_rows16.cpp).
 void quant_matmul_avx2_rows16(const QuantArgs& a);
+/// AVX-512 without VNNI over the rows16 layout only (kernels_quant_avx512_rows16.cpp).
+void quant_matmul_avx512_rows16(const QuantArgs& a);
 
 /// Blocks [b0, b1) of 256 of the q8_k_rows layout (int8 [n][cols], scales f32 [n][cols/256], sums
 /// int16 [n][cols/256][24]): d = max|x| / 127 (not rounded), q = roundf(x / d) (halves away from

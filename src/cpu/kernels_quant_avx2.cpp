@@ -1,6 +1,7 @@
 // AVX2 integer kernels of the quantised types (kernels_impl.hpp, "the quantised types"). Compiled
 // with -mavx2 -mfma -mf16c; the path of the file's layout (SPECDEC_REPACK=0, --no-repack) on AVX2
-// CPUs and AVX-512 CPUs without VNNI (the repacked layout's is kernels_quant_avx2_rows16.cpp).
+// CPUs and AVX-512 CPUs without VNNI (the repacked layout's are kernels_quant_avx2_rows16.cpp and
+// kernels_quant_avx512_rows16.cpp).
 //
 // Layout: 8 weight rows at a time. Each row's block is unpacked once into unsigned 8-bit weights
 // in their natural order (signed for the types with z = 128, Q8_0, IQ4_NL and IQ4_XS, whose

@@ -1,9 +1,9 @@
 // AVX2 integer kernels of the quantised types for CPUs without VNNI (AMD Zen 2 / Zen 3, Intel
-// Haswell to Comet Lake, and AVX-512 CPUs without VNNI such as Skylake-SP), over weights repacked
-// at load into the rows16 layout (kernels_impl.hpp): the algorithm of kernels_quant_vnni.hpp with
-// 8 rows in the lanes of a ymm register (kernels_quant_v256.hpp), its multiply-adds written as
-// AVX2 sequences. Compiled with the AVX2 flags only; kernels.cpp calls quant_matmul_avx2_rows16
-// for Isa::avx2 and up when the CPU has neither AVX512-VNNI nor AVX-VNNI.
+// Haswell to Comet Lake; Isa avx2 on AVX-512 CPUs without VNNI such as Skylake-SP), over weights
+// repacked at load into the rows16 layout (kernels_impl.hpp): the algorithm of
+// kernels_quant_vnni.hpp with 8 rows in the lanes of a ymm register (kernels_quant_v256.hpp), its
+// multiply-adds written as AVX2 sequences. Compiled with the AVX2 flags only; kernels.cpp calls
+// quant_matmul_avx2_rows16 for Isa::avx2 and up when the CPU has neither AVX512-VNNI nor AVX-VNNI.
 //
 // vpdpbusd (4 unsigned bytes times 4 signed bytes, added to a dword) becomes vpmaddubsw (pairs of
 // those products added into a saturating int16) + vpmaddwd against ones (pairs of int16 into a

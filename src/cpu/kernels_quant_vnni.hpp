@@ -1,9 +1,11 @@
 // The VNNI integer kernels of the quantised types (kernels_impl.hpp, "the quantised types"), one
-// algorithm for three kernels: included by kernels_quant_avx512vnni.cpp (16 lanes, zmm,
-// AVX512-VNNI), kernels_quant_avxvnni.cpp (8 lanes, ymm, AVX-VNNI) and
-// kernels_quant_avx2_rows16.cpp (8 lanes, ymm, vpdpbusd written as AVX2's vpmaddubsw + vpmaddwd
-// for CPUs without VNNI), each compiled with its own flags and supplying V, the vector operations
-// of its width (below, "What V supplies").
+// algorithm for four kernels: included by kernels_quant_avx512vnni.cpp (16 lanes, zmm,
+// AVX512-VNNI), kernels_quant_avx512_rows16.cpp (the same with vpdpbusd written as AVX512-BW's
+// vpmaddubsw + vpmaddwd, for AVX-512 CPUs without VNNI), kernels_quant_avxvnni.cpp (8 lanes, ymm,
+// AVX-VNNI) and kernels_quant_avx2_rows16.cpp (8 lanes, ymm, AVX2's vpmaddubsw + vpmaddwd for
+// CPUs without VNNI), each compiled with its own flags and supplying V, the vector operations of
+// its width (below, "What V supplies"; the two widths' common parts in kernels_quant_v512.hpp
+// and kernels_quant_v256.hpp).
 //
 // Lanes = rows. A block of the group's rows is read once from memory, as registers holding in lane
 // r the dword i (bytes 4i..4i+3) of row r: loaded ready from the rows16 layout of

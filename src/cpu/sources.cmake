@@ -11,6 +11,7 @@ list(APPEND SOURCES
   cpu/kernels_quant_avx512vnni.cpp
   cpu/kernels_quant_avxvnni.cpp
   cpu/kernels_quant_avx2_rows16.cpp
+  cpu/kernels_quant_avx512_rows16.cpp
   cpu/thread_pool.cpp
   cpu/transformer.cpp)
 list(APPEND PUBLIC_LIBS specdec_model)
@@ -29,7 +30,8 @@ set_source_files_properties(cpu/kernels.cpp cpu/kernels_quant.cpp cpu/thread_poo
 set_source_files_properties(cpu/kernels_avx2.cpp cpu/kernels_quant_avx2.cpp
   cpu/kernels_quant_avx2_rows16.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx2}")
-set_source_files_properties(cpu/kernels_avx512.cpp
+# kernels_quant_avx512_rows16.cpp: the rows16 layout on AVX-512 CPUs without VNNI.
+set_source_files_properties(cpu/kernels_avx512.cpp cpu/kernels_quant_avx512_rows16.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;${_specdec_cpu_avx512}")
 # Called only when cpu_features() reports AVX512_VNNI (Q8_0 and the other quantised types) or
 # AVX512_BF16 (BF16) respectively.

@@ -140,9 +140,9 @@ enum class WeightLayout : std::uint8_t {
   /// Interleaved for the SIMD integer kernels (repack_weights()): groups of 16 rows, group g's
   /// 16 x row_bytes bytes at data + 16 * g * row_bytes, the rows' blocks interleaved field by
   /// field (src/cpu/kernels_impl.hpp, "rows16") so that the kernel reads them as one stream of
-  /// ready registers. matmul() on every Isa but portable reads it (AVX512-VNNI with 16 rows in a
-  /// zmm; AVX-VNNI, or AVX2 without VNNI, reading each 64-byte register as two halves of 8 rows),
-  /// and dequantize_row().
+  /// ready registers. matmul() on every Isa but portable reads it (AVX512-VNNI, or AVX-512
+  /// without VNNI, with 16 rows in a zmm; AVX-VNNI, or AVX2 without VNNI, reading each 64-byte
+  /// register as two halves of 8 rows), and dequantize_row().
   rows16,
 };
 
