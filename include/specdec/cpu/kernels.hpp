@@ -48,9 +48,9 @@
 //    over the blocks in order, dx the activation block's scale. Integers are exact in any order,
 //    so the portable kernel (which adds them one by one), the AVX2 kernel of the file's layout
 //    (vpmaddubsw/vpmaddwd, 8 rows at a time), the AVX512-VNNI kernel (vpdpbusd with 16 rows in
-//    the lanes), the AVX-VNNI kernel (the same with 8) and the AVX2 kernel of the repacked layout
-//    (the same with vpmaddubsw + vpmaddwd) give bitwise the same results, for any n, row range
-//    or thread.
+//    the lanes), the AVX-VNNI kernel (the same with 8) and the AVX-512 and AVX2 kernels of the
+//    repacked layout for CPUs without VNNI (the same with vpmaddubsw + vpmaddwd, 16 and 8 rows)
+//    give bitwise the same results, for any n, row range or thread.
 //  - BF16 weights on AMX: activations are rounded to bf16 (like llama.cpp and PyTorch bf16
 //    inference), products are exact, and the tile unit accumulates each (row, token) element on
 //    its own in the hardware's fixed order (measured: not exactly a chain of fused multiply-adds,
