@@ -4,6 +4,7 @@
 #include "specdec/cpu/kernels.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -15,8 +16,10 @@
 #include <new>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "kernels_impl.hpp"
 #include "specdec/host_cpu.hpp"
@@ -64,11 +67,13 @@ CpuFeatures hide_features_from_env(CpuFeatures f) {
     const FeatureName* row = nullptr;
     for (const FeatureName& n : feature_names)
       if (name == n.name) row = &n;
-    if (row == nullptr)
+    if (row == nullptr) {
+      std::vector<std::string_view> known;
+      for (const FeatureName& n : feature_names) known.emplace_back(n.name);
       throw Error(fmt::format(
-          "SPECDEC_CPU_HIDE: unknown feature '{}': expected a comma-separated list of avx2, "
-          "avx_vnni, avx512, avx512_vnni, avx512_bf16, amx",
-          name));
+          "SPECDEC_CPU_HIDE: unknown feature '{}': expected a comma-separated list of {}", name,
+          fmt::join(known, ", ")));
+    }
     f.*(row->field) = false;
   }
   return f;
@@ -86,6 +91,11 @@ CpuFeatures detect_features() {
   f.avx512_bf16 = h.avx512_bf16;
   f.amx = h.amx_tiles && detail::amx_request_permission();
   return hide_features_from_env(f);
+}
+
+const CpuFeatures& detected_features() {
+  static const CpuFeatures features = detect_features();
+  return features;
 }
 
 std::optional<CpuFeatures>& features_override() {
@@ -108,13 +118,6 @@ const char* isa_name(Isa isa) noexcept {
   }
   return "?";
 }
-
-namespace {
-const CpuFeatures& detected_features() {
-  static const CpuFeatures features = detect_features();
-  return features;
-}
-}  // namespace
 
 const CpuFeatures& cpu_features() {
   if (features_override()) return *features_override();
