@@ -126,7 +126,7 @@ struct VnniKernel {
   /// Scale from an int32 lane (|s| < 2^15).
   static I scale_i32(I s) {
     if constexpr (scale_pairs)
-      return V::or_(V::and_(s, V::set1_32(0xffff)), V::slli32(s, 16));
+      return int16_pair(s, s);
     else
       return s;
   }
@@ -185,6 +185,10 @@ struct VnniKernel {
   /// Bytes `a` and `b` of each lane as a pair of signed int16 (a in the low half).
   static I bytes_i16_pair(I v, int a, int b) {
     return V::srai16(V::shuffle8(v, pick(a, 1, b, 3)), 8);
+  }
+  /// The int32 lanes lo and hi (each within int16) as the pair (lo, hi) of int16 in each lane.
+  static I int16_pair(I lo, I hi) {
+    return V::or_(V::and_(lo, V::set1_32(0xffff)), V::slli32(hi, 16));
   }
   /// Bytes `a` and `b` of each lane as a pair of unsigned int16.
   static I bytes_u16_pair(I v, int a, int b) { return V::shuffle8(v, pick(a, 0, b, 2)); }
@@ -483,11 +487,8 @@ struct VnniKernel {
       }
       // The zero-point factors -128 x scale (signed weights need none).
       if constexpr (!signed_weights(Q))
-        for (int i = 0; i < 4; ++i) {
-          const I pair =
-              V::or_(V::and_(o.sc[2 * i], V::set1_32(0xffff)), V::slli32(o.sc[2 * i + 1], 16));
-          o.zm[i] = V::mullo16(pair, V::set1_16(-128));
-        }
+        for (int i = 0; i < 4; ++i)
+          o.zm[i] = V::mullo16(int16_pair(o.sc[2 * i], o.sc[2 * i + 1]), V::set1_16(-128));
       for (int j = 0; j < 8; ++j) o.sc[j] = scale_i32(o.sc[j]);
       // Sub-blocks 2c, 2c + 1: 16 bytes of qs each; low nibbles weights 0-15, high 16-31.
       const I table = iq4_values<signed_weights(Q)>();
@@ -578,7 +579,8 @@ struct VnniKernel {
   /// Zen 4 host"); on the project's Xeon, out of L2, AVX512-VNNI at n = 2 / 4 / 8 takes 4.2 / 6.9
   /// / 12.7 µs instead of 5.9 / 8.3 / 14.2 (docs/benchmarks.md, "Fused Q4_K"). Up to paired_q4_k
   /// tokens the low and high nibbles' chains run together (more independent vpdpbusd in flight);
-  /// beyond, one after the other (the registers would not hold both). The same
+  /// beyond, and where dpbusd is emulated, one after the other (scaled_dots(); the registers
+  /// would not hold both). The same
   /// integers and float steps as unpack_k + k_tokens: bitwise the same results.
   template <int T, class Src>
   static void q4_k_fused(const Src& rows, const QuantArgs& a, std::size_t t0, std::size_t b,
@@ -595,15 +597,7 @@ struct VnniKernel {
       const I sc_lo = V::slli32(o.sc[2 * c], unpack_shift(DType::q4_k)), sc_hi = o.sc[2 * c + 1];
       I q[8];
       rows.template load<8>(q4_k_qs + 32 * c, q);
-      if constexpr (scale_pairs) {
-        // Emulated dpbusd: each sub-block's 8 registers in one int16 sum (15 x 127 x 16 fits).
-        constexpr int g = int16_registers(DType::q4_k, 8);
-        I w[8];
-        for (int k = 0; k < 8; ++k) w[k] = low_nibbles(q[k]);
-        scaled_dots<T, 8, false, g>(w, x, std::size_t{64} * c, sc_lo, isum);
-        for (int k = 0; k < 8; ++k) w[k] = q4_k_high(q[k]);
-        scaled_dots<T, 8, false, g>(w, x, std::size_t{64} * c + 32, sc_hi, isum);
-      } else if constexpr (T <= V::paired_q4_k) {
+      if constexpr (!scale_pairs && T <= V::paired_q4_k) {
         I lo[T], hi[T];
         for (int t = 0; t < T; ++t) lo[t] = hi[t] = V::zero();
         for (int k = 0; k < 8; ++k) {
@@ -618,16 +612,13 @@ struct VnniKernel {
           isum[t] = V::add32(isum[t], V::mullo32(hi[t], sc_hi));
         }
       } else {
+        // One sub-block after the other. Emulated dpbusd: each one's 8 registers in one int16 sum
+        // (16 x 15 x 127 fits).
         for (int half = 0; half < 2; ++half) {
-          I dot[T];
-          for (int t = 0; t < T; ++t) dot[t] = V::zero();
-          for (int k = 0; k < 8; ++k) {
-            const I w = half == 0 ? low_nibbles(q[k]) : q4_k_high(q[k]);
-            for (int t = 0; t < T; ++t)
-              dot[t] = V::dpbusd_x4(dot[t], w, x[t] + 4 * (16 * c + 8 * half + k));
-          }
-          const I sc = half == 0 ? sc_lo : sc_hi;
-          for (int t = 0; t < T; ++t) isum[t] = V::add32(isum[t], V::mullo32(dot[t], sc));
+          I w[8];
+          for (int k = 0; k < 8; ++k) w[k] = half == 0 ? low_nibbles(q[k]) : q4_k_high(q[k]);
+          scaled_dots<T, 8, false, int16_registers(DType::q4_k, 8)>(
+              w, x, std::size_t{64} * c + std::size_t{32} * half, half == 0 ? sc_lo : sc_hi, isum);
         }
       }
     }
