@@ -38,8 +38,8 @@ std::vector<Isa> supported_isas() {
 
 /// The CPU features under which each kernel that reads the rows16 layout runs here: the detected
 /// ones (AVX512-VNNI on Isa avx512 / amx, AVX-VNNI or AVX2 on Isa avx2), then, where the CPU has
-/// them, without AVX-VNNI, and without any VNNI (the AVX2 kernel of CPUs without it, on every
-/// Isa but portable).
+/// them, without AVX-VNNI, and without any VNNI (the AVX-512 and AVX2 kernels of CPUs without
+/// it).
 std::vector<std::pair<std::string, cpu::CpuFeatures>> rows16_feature_sets() {
   const cpu::CpuFeatures detected = cpu::cpu_features();
   std::vector<std::pair<std::string, cpu::CpuFeatures>> out = {{"detected features", detected}};
@@ -55,13 +55,21 @@ std::vector<std::pair<std::string, cpu::CpuFeatures>> rows16_feature_sets() {
   return out;
 }
 
-/// Restores the detected CPU features when it leaves scope (also on a failed REQUIRE).
-struct FeaturesGuard {
-  FeaturesGuard() = default;
-  FeaturesGuard(const FeaturesGuard&) = delete;
-  FeaturesGuard& operator=(const FeaturesGuard&) = delete;
-  ~FeaturesGuard() { cpu::set_cpu_features_override(std::nullopt); }
-};
+/// Calls f(name of the feature set) once under each of rows16_feature_sets(), then restores the
+/// detected features (also when a REQUIRE inside f fails).
+template <class Fn>
+void for_each_rows16_kernel(Fn&& f) {
+  struct Restore {
+    Restore() = default;
+    Restore(const Restore&) = delete;
+    Restore& operator=(const Restore&) = delete;
+    ~Restore() { cpu::set_cpu_features_override(std::nullopt); }
+  } restore;
+  for (const auto& [name, features] : rows16_feature_sets()) {
+    cpu::set_cpu_features_override(features);
+    f(name);
+  }
+}
 
 std::vector<float> normal_floats(std::size_t n, unsigned seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -403,9 +411,7 @@ TEST_CASE("repacked weights (rows16): the same rows and bitwise the same product
           file[i * 17 + n].resize(n * rows);
           cpu::matmul(isas[i], m.ref, in, 0, rows, file[i * 17 + n].data(), rows);
         }
-      const FeaturesGuard guard;
-      for (const auto& [features_name, features] : rows16_feature_sets()) {
-        cpu::set_cpu_features_override(features);
+      for_each_rows16_kernel([&](const std::string& features_name) {
         for (std::size_t i = 0; i < isas.size(); ++i)
           for (std::size_t n = 1; n <= 16; ++n) {
             INFO("n=" << n << " " << cpu::isa_name(isas[i]) << ", " << features_name);
@@ -416,8 +422,7 @@ TEST_CASE("repacked weights (rows16): the same rows and bitwise the same product
               cpu::matmul(isas[i], w, in, r0, std::min(rows, r0 + 13), repacked.data(), rows);
             REQUIRE(bitwise_equal(repacked, file[i * 17 + n]));
           }
-      }
-      cpu::set_cpu_features_override(std::nullopt);
+      });
       // The portable kernels do not read the layout: refused by name.
       cpu::PackedInput in;
       in.pack(Isa::portable, dtype, x.data(), 1, cols, cols);
@@ -596,10 +601,8 @@ TEST_CASE("Q8_0 on every kernel is bitwise the documented order, -128 quants inc
             }
             REQUIRE(std::memcmp(&acc, &expected[t * rows + r], sizeof acc) == 0);
           }
-        // Every kernel of this CPU (rows16_feature_sets()), at every SIMD level.
-        const FeaturesGuard guard;
-        for (const auto& [features_name, features] : rows16_feature_sets()) {
-          cpu::set_cpu_features_override(features);
+        // Every kernel of this CPU, at every SIMD level.
+        for_each_rows16_kernel([&](const std::string& features_name) {
           for (Isa isa : isas) {
             INFO(cpu::isa_name(isa) << ", " << features_name);
             cpu::PackedInput packed;
@@ -614,8 +617,7 @@ TEST_CASE("Q8_0 on every kernel is bitwise the documented order, -128 quants inc
               CHECK(bitwise_equal(got, expected));
             }
           }
-        }
-        cpu::set_cpu_features_override(std::nullopt);
+        });
       }
     }
   }
@@ -670,9 +672,7 @@ TEST_CASE("integer kernels at their int16 limits: extreme weights against +-127 
         portable.pack(Isa::portable, f.type, x.data(), n, cols, cols);
         std::vector<float> expected(n * rows);
         cpu::matmul(Isa::portable, file, portable, 0, rows, expected.data(), rows);
-        const FeaturesGuard guard;
-        for (const auto& [features_name, features] : rows16_feature_sets()) {
-          cpu::set_cpu_features_override(features);
+        for_each_rows16_kernel([&](const std::string& features_name) {
           for (Isa isa : supported_isas()) {
             if (!cpu::repack_helps(isa, f.type)) continue;
             INFO(cpu::isa_name(isa) << ", " << features_name);
@@ -686,8 +686,7 @@ TEST_CASE("integer kernels at their int16 limits: extreme weights against +-127 
               CHECK(bitwise_equal(got, expected));
             }
           }
-        }
-        cpu::set_cpu_features_override(std::nullopt);
+        });
       }
     }
   }
