@@ -227,12 +227,12 @@ std::vector<std::int64_t> all_dtype_indices() {
 }  // namespace
 
 BENCHMARK(BM_matmul)
-    ->ArgsProduct({all_dtype_indices(), {1, 2, 4, 8, 16}, {0, 1, 2, 3}, {0, 1}})
+    ->ArgsProduct({all_dtype_indices(), {1, 2, 4, 5, 8, 16}, {0, 1, 2, 3}, {0, 1}})
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_matmul_stream)
     ->ArgsProduct({all_dtype_indices(),
-                   {1, 2, 4, 8, 16},
+                   {1, 2, 4, 5, 8, 16},
                    {static_cast<int>(Isa::avx2), static_cast<int>(Isa::avx512)},
                    {0, 1}})
     ->MeasureProcessCPUTime()

@@ -31,6 +31,7 @@ inline __m256i bcast32(const void* p) {
 /// block's start (16 x block_bytes). A field of 4k bytes is k registers of 64 bytes, ours the
 /// 32 at 32h; a 2-byte field is the 16 rows' values in order, ours the 16 bytes at 16h.
 struct Half {
+  static constexpr bool transposes = false;
   const std::byte* p;
   int h;
 
@@ -74,8 +75,8 @@ struct V256Ops {
   using Mask = __m256i;  ///< lane r all ones: stored
   static constexpr int lanes = 8;
   // 16 registers: 4 accumulators of blocks of 32 beside their 8 weight registers, 4 tokens' sums
-  // and dots of super-blocks, 4 tokens of fused Q4_K (2 with both nibbles' chains).
-  static constexpr std::size_t tokens32 = 4, tokens_k = 4, fused_q4_k = 4;
+  // and dots of super-blocks, 4 tokens of a fused super-block (Q4_K: 2 with both nibbles' chains).
+  static constexpr std::size_t tokens32 = 4, tokens_k = 4, fused_k = 4;
   static constexpr int paired_q4_k = 2;
 
   static I zero() { return _mm256_setzero_si256(); }

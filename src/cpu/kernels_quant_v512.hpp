@@ -86,6 +86,7 @@ inline __m512 half_hi(__m512i v) { return half_lo(_mm512_srli_epi32(v, 16)); }
 /// One block of 16 rows in the file's layout: the rows' pointers to the block (and the same as
 /// lane offsets from row 0's, for gathers); every read transposes or gathers.
 struct Rows {
+  static constexpr bool transposes = true;
   const std::byte* p[16];
   __m512i offsets;
 
@@ -120,6 +121,7 @@ struct Rows {
 /// One block of 16 rows in the rows16 layout (kernels_impl.hpp), p its start: the same registers
 /// as Rows', already in memory, so every read is a load.
 struct Packed16 {
+  static constexpr bool transposes = false;
   const std::byte* p;
 
   template <int N>
@@ -186,8 +188,8 @@ struct V512Ops {
   using Mask = __mmask16;
   static constexpr int lanes = 16;
   // 32 registers: 16 accumulators of blocks of 32, 8 tokens' sums of super-blocks (plus their
-  // dots), 8 tokens of fused Q4_K (4 with both nibbles' chains).
-  static constexpr std::size_t tokens32 = 16, tokens_k = 8, fused_q4_k = 8;
+  // dots), 8 tokens of a fused super-block (Q4_K: 4 with both nibbles' chains).
+  static constexpr std::size_t tokens32 = 16, tokens_k = 8, fused_k = 8;
   static constexpr int paired_q4_k = 4;
 
   static I zero() { return _mm512_setzero_si512(); }

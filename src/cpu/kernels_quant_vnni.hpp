@@ -20,7 +20,7 @@
 //
 // What V supplies (all static):
 //  - types I (integer vector), F (float vector), Mask (the lanes a group stores); lanes;
-//  - tokens32, tokens_k, fused_q4_k, paired_q4_k: tokens per pass (what the registers hold);
+//  - tokens32, tokens_k, fused_k, paired_q4_k: tokens per pass (what the registers hold);
 //  - integer ops: zero, splat8, set1_16, set1_32, lane_pattern (four dwords repeated in every
 //    128-bit lane), and_, or_, xor_, merge ((a & c) | b), shifts srli16 / slli16 / srli32 /
 //    slli32 / srai16 / srai32, add8, sub8, add32, sub32, mullo16, mullo32, shuffle8, add8_where
@@ -197,7 +197,8 @@ struct VnniKernel {
   static I high_nibbles(I v) { return V::and_(V::srli16(v, 4), V::splat8(0x0f)); }
   /// Shifts bit `from` of every byte to bit `to` (16-bit shifts; the caller masks bit `to`).
   static I move_bit(I v, int from, int to) {
-    return from >= to ? V::srli16(v, from - to) : V::slli16(v, to - from);
+    if (from == to) return v;
+    return from > to ? V::srli16(v, from - to) : V::slli16(v, to - from);
   }
 
   // ==============================================================================================
@@ -367,8 +368,10 @@ struct VnniKernel {
     o.zm[3] = bytes_u16_pair(mn_hi, 2, 3);
   }
 
+  /// The scale side of a super-block of type Q: its sub-block scales (o.sc), zero-point or min
+  /// factors (o.zm), d and m.
   template <DType Q, class Src>
-  static void unpack_k(const Src& rows, BlockK& o) {
+  static void k_scales(const Src& rows, BlockK& o) {
     using namespace block_layout;
     if constexpr (Q == DType::q2_k) {
       I s[4];  // scale bytes: low nibble the scale, high nibble the min, of sub-blocks 4i..4i+3
@@ -380,14 +383,6 @@ struct VnniKernel {
       const I head = rows.load1(q2_k_d);  // d | dmin << 16 (block_layout's head)
       o.d = V::half_lo(head);
       o.m = V::negate(half_hi(head));
-      // Weight 128h + 32s + l: bits 2s of qs[32h + l].
-      for (int h = 0; h < 2; ++h) {
-        I q[8];
-        rows.template load<8>(q2_k_qs + 32 * h, q);
-        for (int s2 = 0; s2 < 4; ++s2)
-          for (int k = 0; k < 8; ++k)
-            o.w[32 * h + 8 * s2 + k] = V::and_(V::srli16(q[k], 2 * s2), V::splat8(0x03));
-      }
     } else if constexpr (Q == DType::q3_k) {
       I sc[3];  // the 12 scale bytes
       rows.template load<3>(q3_k_scales, sc);
@@ -403,50 +398,11 @@ struct VnniKernel {
         o.zm[2 * g] = V::mullo16(bytes_i16_pair(scales, 0, 1), V::set1_16(-4));
         o.zm[2 * g + 1] = V::mullo16(bytes_i16_pair(scales, 2, 3), V::set1_16(-4));
       }
-      // Weight 128h + 32s + l: bits 2s of qs[32h + l], third bit: bit 4h + s of hmask[l].
-      I hm[8];
-      rows.template load<8>(q3_k_hmask, hm);
-      for (int h = 0; h < 2; ++h) {
-        I q[8];
-        rows.template load<8>(q3_k_qs + 32 * h, q);
-        for (int s = 0; s < 4; ++s) {
-          const int bit = 4 * h + s;  // moved to bit 2
-          for (int k = 0; k < 8; ++k)
-            o.w[32 * h + 8 * s + k] =
-                V::merge(V::srli16(q[k], 2 * s), V::and_(move_bit(hm[k], bit, 2), V::splat8(0x04)),
-                         V::splat8(0x03));
-        }
-      }
-    } else if constexpr (Q == DType::q4_k) {
+    } else if constexpr (Q == DType::q4_k || Q == DType::q5_k) {
       k_scales_mins(rows, o);
-      // Sub-blocks 2c and 2c + 1: the low and high nibbles of qs[32c .. 32c + 31] (with
-      // unpack_shift 4, the high ones in place, 16 x the weight, and the low ones' scales times
-      // 16: 16 x the block's sum).
-      for (int c = 0; c < 4; ++c) {
-        o.sc[2 * c] = V::slli32(o.sc[2 * c], unpack_shift(Q));
-        I q[8];
-        rows.template load<8>(q4_k_qs + 32 * c, q);
-        for (int k = 0; k < 8; ++k) {
-          o.w[16 * c + k] = low_nibbles(q[k]);
-          o.w[16 * c + 8 + k] = q4_k_high(q[k]);
-        }
-      }
-    } else if constexpr (Q == DType::q5_k) {
-      k_scales_mins(rows, o);
-      // As Q4_K (without the shift), plus bit j of qh[l] as the fifth bit of sub-block j.
-      I qh[8];
-      rows.template load<8>(q5_k_qh, qh);
-      const I bit4 = V::splat8(0x10);
-      for (int c = 0; c < 4; ++c) {
-        I q[8];
-        rows.template load<8>(q5_k_qs + 32 * c, q);
-        for (int k = 0; k < 8; ++k) {
-          o.w[16 * c + k] =
-              V::merge(q[k], V::and_(move_bit(qh[k], 2 * c, 4), bit4), V::splat8(0x0f));
-          o.w[16 * c + 8 + k] = V::merge(
-              V::srli16(q[k], 4), V::and_(move_bit(qh[k], 2 * c + 1, 4), bit4), V::splat8(0x0f));
-        }
-      }
+      // With unpack_shift 4, the low nibbles' scales times 16 (k_chunk: the high ones in place).
+      if constexpr (unpack_shift(Q) != 0)
+        for (int c = 0; c < 4; ++c) o.sc[2 * c] = V::slli32(o.sc[2 * c], unpack_shift(Q));
     } else if constexpr (Q == DType::q6_k) {
       I s[4];  // the 16 int8 scales, 4 per lane
       rows.template load<4>(q6_k_scales, s);
@@ -455,22 +411,6 @@ struct VnniKernel {
         o.zm[i] =
             V::mullo16(bytes_i16_pair(s[i / 2], 2 * (i % 2), 2 * (i % 2) + 1), V::set1_16(-32));
       o.d = rows.template load_half<q6_k_bytes>(q6_k_d);
-      // Weight 128h + 32 part + l: low four bits from ql[64h + l + 32 (part % 2)] (low nibble for
-      // part < 2, high otherwise), top two from bits 2 part of qh[32h + l].
-      const I top = V::splat8(0x30), low4 = V::splat8(0x0f);
-      for (int h = 0; h < 2; ++h) {
-        I ql0[8], ql1[8], qh[8];
-        rows.template load<8>(64 * h, ql0);
-        rows.template load<8>(64 * h + 32, ql1);
-        rows.template load<8>(q6_k_qh + 32 * h, qh);
-        for (int k = 0; k < 8; ++k) {
-          I* w = o.w + 32 * h + k;
-          w[0] = V::merge(ql0[k], V::and_(V::slli16(qh[k], 4), top), low4);
-          w[8] = V::merge(ql1[k], V::and_(V::slli16(qh[k], 2), top), low4);
-          w[16] = V::merge(V::srli16(ql0[k], 4), V::and_(qh[k], top), low4);
-          w[24] = V::merge(V::srli16(ql1[k], 4), V::and_(V::srli16(qh[k], 2), top), low4);
-        }
-      }
     } else {
       static_assert(Q == DType::iq4_xs);
       const I head = rows.load1(iq4_xs_d);  // d | scales_h << 16
@@ -490,19 +430,82 @@ struct VnniKernel {
         for (int i = 0; i < 4; ++i)
           o.zm[i] = V::mullo16(int16_pair(o.sc[2 * i], o.sc[2 * i + 1]), V::set1_16(-128));
       for (int j = 0; j < 8; ++j) o.sc[j] = scale_i32(o.sc[j]);
-      // Sub-blocks 2c, 2c + 1: 16 bytes of qs each; low nibbles weights 0-15, high 16-31.
+    }
+  }
+
+  /// Q4_K's sub-blocks 2i (half 0) and 2i + 1 (half 1): the low and high nibbles of the 32 bytes
+  /// qs[32i ..] in q (with unpack_shift 4 the high ones in place, 16 x the weight: 16 x the
+  /// block's sum).
+  static void q4_k_nibbles(const I* q, int half, I* w) {
+    for (int k = 0; k < 8; ++k) w[k] = half == 0 ? low_nibbles(q[k]) : q4_k_high(q[k]);
+  }
+
+  /// Weights 32c .. 32c + 31 of a super-block of type Q (chunk c < 8: the registers w[8c ..
+  /// 8c + 7] of BlockK, sub-block c of 32 or sub-blocks 2c and 2c + 1 of 16) into w[0 .. 8).
+  /// One chunk at a time, so that the fused path (k_fused) multiplies each as it is unpacked.
+  template <DType Q, class Src>
+  [[gnu::always_inline]] static void k_chunk(const Src& rows, int c, I* w) {
+    using namespace block_layout;
+    if constexpr (Q == DType::q2_k) {
+      // Weight 128h + 32s + l: bits 2s of qs[32h + l] (h = c / 4, s = c % 4).
+      I q[8];
+      rows.template load<8>(q2_k_qs + 32 * (c / 4), q);
+      for (int k = 0; k < 8; ++k) w[k] = V::and_(V::srli16(q[k], 2 * (c % 4)), V::splat8(0x03));
+    } else if constexpr (Q == DType::q3_k) {
+      // As Q2_K, plus the third bit: bit 4h + s = c of hmask[l], moved to bit 2.
+      I q[8], hm[8];
+      rows.template load<8>(q3_k_qs + 32 * (c / 4), q);
+      rows.template load<8>(q3_k_hmask, hm);
+      for (int k = 0; k < 8; ++k)
+        w[k] = V::merge(V::srli16(q[k], 2 * (c % 4)),
+                        V::and_(move_bit(hm[k], c, 2), V::splat8(0x04)), V::splat8(0x03));
+    } else if constexpr (Q == DType::q4_k) {
+      I q[8];
+      rows.template load<8>(q4_k_qs + 32 * (c / 2), q);
+      q4_k_nibbles(q, c % 2, w);
+    } else if constexpr (Q == DType::q5_k) {
+      // As Q4_K (without the shift), plus bit c of qh[l] as the fifth bit.
+      I q[8], qh[8];
+      rows.template load<8>(q5_k_qs + 32 * (c / 2), q);
+      rows.template load<8>(q5_k_qh, qh);
+      for (int k = 0; k < 8; ++k) {
+        const I nibble = c % 2 == 0 ? q[k] : V::srli16(q[k], 4);
+        w[k] = V::merge(nibble, V::and_(move_bit(qh[k], c, 4), V::splat8(0x10)), V::splat8(0x0f));
+      }
+    } else if constexpr (Q == DType::q6_k) {
+      // Weight 128h + 32 part + l (h = c / 4, part = c % 4): low four bits from ql[64h + l + 32
+      // (part % 2)] (low nibble for part < 2, high otherwise), top two from bits 2 part of
+      // qh[32h + l].
+      const int h = c / 4, part = c % 4;
+      I ql[8], qh[8];
+      rows.template load<8>(64 * h + 32 * (part % 2), ql);
+      rows.template load<8>(q6_k_qh + 32 * h, qh);
+      for (int k = 0; k < 8; ++k) {
+        const I low = part < 2 ? ql[k] : V::srli16(ql[k], 4);
+        w[k] =
+            V::merge(low, V::and_(move_bit(qh[k], 2 * part, 4), V::splat8(0x30)), V::splat8(0x0f));
+      }
+    } else {
+      static_assert(Q == DType::iq4_xs);
+      // Sub-block c: 16 bytes of qs[32 (c / 2) ..], the half c % 2; its low nibbles weights 0-15,
+      // its high ones 16-31.
       const I table = iq4_values<signed_weights(Q)>();
-      for (int c = 0; c < 4; ++c) {
-        I q[8];
-        rows.template load<8>(iq4_xs_qs + 32 * c, q);
-        for (int k = 0; k < 4; ++k)
-          for (int sub = 0; sub < 2; ++sub) {
-            I* w = o.w + 16 * c + 8 * sub + k;
-            w[0] = V::shuffle8(table, low_nibbles(q[4 * sub + k]));
-            w[4] = V::shuffle8(table, high_nibbles(q[4 * sub + k]));
-          }
+      I q[4];
+      rows.template load<4>(iq4_xs_qs + 32 * (c / 2) + 16 * (c % 2), q);
+      for (int k = 0; k < 4; ++k) {
+        w[k] = V::shuffle8(table, low_nibbles(q[k]));
+        w[k + 4] = V::shuffle8(table, high_nibbles(q[k]));
       }
     }
+  }
+
+  /// A whole super-block into o (the path for more tokens than k_fused takes: the k_tokens
+  /// passes read it back).
+  template <DType Q, class Src>
+  static void unpack_k(const Src& rows, BlockK& o) {
+    k_scales<Q>(rows, o);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) k_chunk<Q>(rows, c, o.w + 8 * c);
   }
 
   /// The end of a super-block for T tokens: isum[t] (the scaled sub-block dots) with the
@@ -571,60 +574,71 @@ struct VnniKernel {
     k_finish<T, SD, HasMin, Shift, Signed>(o, a, t0, b, isum, acc);
   }
 
-  /// Q4_K for up to fused_q4_k tokens (decode, a verify): each weight register is multiplied by
-  /// the T tokens as soon as it is unpacked, so the block never goes through memory. The general
-  /// path stores the unpacked block (BlockK: 88 registers) for k_tokens to read back, which pays
-  /// only when more than one k_tokens pass reads it: at n = 1 on Zen 4, where a 512-bit store
-  /// takes two cycles, the stores were more than half of the time (docs/benchmarks.md, "an AMD
-  /// Zen 4 host"); on the project's Xeon, out of L2, AVX512-VNNI at n = 2 / 4 / 8 takes 4.2 / 6.9
-  /// / 12.7 µs instead of 5.9 / 8.3 / 14.2 (docs/benchmarks.md, "Fused Q4_K"). Up to paired_q4_k
-  /// tokens the low and high nibbles' chains run together (more independent vpdpbusd in flight);
-  /// beyond, and where dpbusd is emulated, one after the other (scaled_dots(); the registers
-  /// would not hold both). The same
-  /// integers and float steps as unpack_k + k_tokens: bitwise the same results.
-  template <int T, class Src>
-  static void q4_k_fused(const Src& rows, const QuantArgs& a, std::size_t t0, std::size_t b,
-                         float* acc) {
-    using namespace block_layout;
-    BlockK o;  // only the scales, mins and factors are filled
-    k_scales_mins(rows, o);
+  /// A super-block of type Q for up to V::fused_k tokens (decode, a verify): each chunk of 8
+  /// weight registers (k_chunk) is multiplied by the T tokens as soon as it is unpacked, so the
+  /// block never goes through memory. The general path stores the unpacked block (BlockK: 88
+  /// registers) for k_tokens to read back, which pays only when more than one k_tokens pass reads
+  /// it: at n = 1 on Zen 4, where a 512-bit store takes two cycles, the stores were more than
+  /// half of Q4_K's time (docs/benchmarks.md, "an AMD Zen 4 host"); on the project's Xeon, in L2,
+  /// AVX512-VNNI Q4_K at n = 2 / 4 / 8 took 4.2 / 6.9 / 12.7 µs instead of 5.9 / 8.3 / 14.2
+  /// ("Fused Q4_K"), and the other K-quants and IQ4_XS 10-30% less at n = 1 to 8 ("Every
+  /// super-block fused"). Q4_K's chunks 2i and 2i + 1 are the two nibbles of the same bytes,
+  /// loaded once; up to paired_q4_k tokens their chains run side by side (more independent
+  /// vpdpbusd in flight; measured no faster for the other types' chunks). The same integers and
+  /// float steps as unpack_k + k_tokens: bitwise the same results.
+  template <DType Q, int T, class Src>
+  static void k_fused(const Src& rows, const QuantArgs& a, std::size_t t0, std::size_t b,
+                      float* acc) {
+    constexpr QuantTraits traits = quant_traits(Q);
+    constexpr int sd = traits.sub_elems / 4;  // registers per sub-block: 4 or 8
+    constexpr bool is_signed = signed_weights(Q);
+    constexpr int G = int16_registers(Q, sd);
+    BlockK o;  // only the scales and factors are filled
+    k_scales<Q>(rows, o);
     const std::int8_t* x[T];
     for (int t = 0; t < T; ++t) x[t] = a.xq + (t0 + t) * a.cols + b * 256;
     I isum[T];
     for (int t = 0; t < T; ++t) isum[t] = V::zero();
-    for (int c = 0; c < 4; ++c) {
-      // Sub-blocks 2c (low nibbles, scale x 16) and 2c + 1 (high nibbles in place), as unpack_k.
-      const I sc_lo = V::slli32(o.sc[2 * c], unpack_shift(DType::q4_k)), sc_hi = o.sc[2 * c + 1];
-      I q[8];
-      rows.template load<8>(q4_k_qs + 32 * c, q);
-      if constexpr (!scale_pairs && T <= V::paired_q4_k) {
-        I lo[T], hi[T];
-        for (int t = 0; t < T; ++t) lo[t] = hi[t] = V::zero();
-        for (int k = 0; k < 8; ++k) {
-          const I wl = low_nibbles(q[k]), wh = q4_k_high(q[k]);
+    if constexpr (Q == DType::q4_k) {
+      for (int i = 0; i < 4; ++i) {
+        I q[8];
+        rows.template load<8>(block_layout::q4_k_qs + 32 * i, q);
+        if constexpr (!scale_pairs && T <= V::paired_q4_k) {
+          I lo[T], hi[T];
+          for (int t = 0; t < T; ++t) lo[t] = hi[t] = V::zero();
+          for (int k = 0; k < 8; ++k) {
+            const I wl = low_nibbles(q[k]), wh = q4_k_high(q[k]);
+            for (int t = 0; t < T; ++t) {
+              lo[t] = V::dpbusd_x4(lo[t], wl, x[t] + 4 * (16 * i + k));
+              hi[t] = V::dpbusd_x4(hi[t], wh, x[t] + 4 * (16 * i + 8 + k));
+            }
+          }
           for (int t = 0; t < T; ++t) {
-            lo[t] = V::dpbusd_x4(lo[t], wl, x[t] + 4 * (16 * c + k));
-            hi[t] = V::dpbusd_x4(hi[t], wh, x[t] + 4 * (16 * c + 8 + k));
+            isum[t] = V::add32(isum[t], V::mullo32(lo[t], o.sc[2 * i]));
+            isum[t] = V::add32(isum[t], V::mullo32(hi[t], o.sc[2 * i + 1]));
+          }
+        } else {
+          for (int half = 0; half < 2; ++half) {
+            I w[8];
+            q4_k_nibbles(q, half, w);
+            scaled_dots<T, sd, false, G>(w, x, std::size_t{64} * i + std::size_t{32} * half,
+                                         o.sc[2 * i + half], isum);
           }
         }
-        for (int t = 0; t < T; ++t) {
-          isum[t] = V::add32(isum[t], V::mullo32(lo[t], sc_lo));
-          isum[t] = V::add32(isum[t], V::mullo32(hi[t], sc_hi));
-        }
-      } else {
-        // One sub-block after the other. Emulated dpbusd: each one's 8 registers in one int16 sum
-        // (16 x 15 x 127 fits).
-        for (int half = 0; half < 2; ++half) {
-          I w[8];
-          for (int k = 0; k < 8; ++k) w[k] = half == 0 ? low_nibbles(q[k]) : q4_k_high(q[k]);
-          scaled_dots<T, 8, false, int16_registers(DType::q4_k, 8)>(
-              w, x, std::size_t{64} * c + std::size_t{32} * half, half == 0 ? sc_lo : sc_hi, isum);
+      }
+    } else {
+      // Unrolled, so that every chunk's shifts and fields are constants.
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        I w[8];
+        k_chunk<Q>(rows, c, w);
+        for (int s = 0; s < 8 / sd; ++s) {
+          const int j = 8 * c / sd + s;  // the sub-block
+          scaled_dots<T, sd, is_signed, G>(w + sd * s, x, std::size_t{4} * sd * j, o.sc[j], isum);
         }
       }
     }
-    constexpr QuantTraits traits = quant_traits(DType::q4_k);
-    k_finish<T, traits.sub_elems / 4, traits.has_min, unpack_shift(DType::q4_k), false>(o, a, t0, b,
-                                                                                        isum, acc);
+    k_finish<T, sd, traits.has_min, unpack_shift(Q), is_signed>(o, a, t0, b, isum, acc);
   }
 
   /// k_tokens of type Q for 1 .. V::tokens_k tokens.
@@ -638,19 +652,27 @@ struct VnniKernel {
         &k_tokens<static_cast<int>(T) + 1, traits.sub_elems / 4, traits.has_min, unpack_shift(Q),
                   signed_weights(Q), int16_registers(Q, traits.sub_elems / 4)>...};
   };
-  /// q4_k_fused over blocks of type Src for 1 .. V::fused_q4_k tokens.
-  template <class Src, class Seq = std::make_index_sequence<V::fused_q4_k>>
-  struct Q4KFused;
-  template <class Src, std::size_t... T>
-  struct Q4KFused<Src, std::index_sequence<T...>> {
+  /// k_fused of type Q over blocks of type Src for 1 .. V::fused_k tokens.
+  template <DType Q, class Src, class Seq = std::make_index_sequence<V::fused_k>>
+  struct KFused;
+  template <DType Q, class Src, std::size_t... T>
+  struct KFused<Q, Src, std::index_sequence<T...>> {
     using Fn = void (*)(const Src&, const QuantArgs&, std::size_t, std::size_t, float*);
-    static constexpr Fn table[sizeof...(T)] = {&q4_k_fused<static_cast<int>(T) + 1, Src>...};
+    static constexpr Fn table[sizeof...(T)] = {&k_fused<Q, static_cast<int>(T) + 1, Src>...};
   };
+
+  /// Whether a few tokens take k_fused: always on the repacked layouts; on the file's (whose
+  /// reads transpose), only for Q4_K, where no chunk reads what another one does (the others
+  /// read their high bits once per chunk: four transposes instead of one).
+  template <DType Q, class Src>
+  static constexpr bool fuses() {
+    return Q == DType::q4_k || !Src::transposes;
+  }
 
   template <DType Q>
   static void matmul_k(const QuantArgs& a) {
     constexpr QuantTraits traits = quant_traits(Q);
-    constexpr std::size_t pass = V::tokens_k, fused = V::fused_q4_k;
+    constexpr std::size_t pass = V::tokens_k, fused = V::fused_k;
     const auto* tokens = KTokens<Q>::table;
     const std::size_t blocks = a.cols / 256;
     constexpr std::size_t chunk = 64;  // tokens per pass over the weights (acc: 64 x lanes)
@@ -662,10 +684,10 @@ struct VnniKernel {
         for (std::size_t i = 0; i < m * lanes; ++i) acc[i] = 0.0f;
         for (std::size_t b = 0; b < blocks; ++b) {
           if (t0 == 0) group.prefetch_block(b);
-          if constexpr (Q == DType::q4_k)
+          using Src = std::remove_cvref_t<decltype(group.block(b))>;
+          if constexpr (fuses<Q, Src>())
             if (m <= fused) {
-              using Src = std::remove_cvref_t<decltype(group.block(b))>;
-              Q4KFused<Src>::table[m - 1](group.block(b), a, t0, b, acc);
+              KFused<Q, Src>::table[m - 1](group.block(b), a, t0, b, acc);
               continue;
             }
           unpack_k<Q>(group.block(b), blk);
