@@ -34,6 +34,9 @@ struct Half {
   static constexpr bool transposes = false;
   const std::byte* p;
   int h;
+  StreamAhead ahead;  ///< the stream's lines to prefetch meanwhile (first half, first pass only)
+
+  void prefetch(std::size_t part, std::size_t parts) const { ahead.part(part, parts); }
 
   template <int N>
   [[gnu::always_inline]] void load(std::size_t off, __m256i out[N]) const {
@@ -59,11 +62,12 @@ struct HalfGroup {
   const std::byte* end;
   int h;
 
-  /// Issued by the first half only (the second finds the lines in cache).
-  void prefetch_block(std::size_t b) const {
-    if (h == 0) prefetch_rows16_block(g, bytes, end, b);
+  /// Block b; with `stream`, the first half carries the lines ahead of it to prefetch (the
+  /// second finds them in cache).
+  [[nodiscard]] Half block(std::size_t b, bool stream) const {
+    return {g + 16 * b * bytes, h,
+            stream && h == 0 ? StreamAhead::of_block(g, bytes, end, b) : StreamAhead{}};
   }
-  [[nodiscard]] Half block(std::size_t b) const { return {g + 16 * b * bytes, h}; }
 };
 
 /// The vector operations of kernels_quant_vnni.hpp at 256 bits, all but the two multiply-adds:

@@ -110,6 +110,8 @@ struct Rows {
   [[nodiscard]] __m512i load1(std::size_t off) const {
     return _mm512_i32gather_epi32(offsets, p[0] + off, 1);
   }
+  /// Nothing: FileGroup::block prefetches the rows' next lines itself (RowPrefetcher).
+  void prefetch(std::size_t /*part*/, std::size_t /*parts*/) const {}
   /// The binary16 field at `off` as 16 floats: the dword from off gathered, or at the block's
   /// end (off + 4 > Bytes) the one ending at off + 2.
   template <std::size_t Bytes>
@@ -123,6 +125,9 @@ struct Rows {
 struct Packed16 {
   static constexpr bool transposes = false;
   const std::byte* p;
+  StreamAhead ahead;  ///< the stream's lines to prefetch meanwhile (none after the first pass)
+
+  void prefetch(std::size_t part, std::size_t parts) const { ahead.part(part, parts); }
 
   template <int N>
   [[gnu::always_inline]] void load(std::size_t off, __m512i out[N]) const {
@@ -156,8 +161,9 @@ struct FileGroup {
       offsets[i] = static_cast<int>((i < valid ? i : 0) * a.row_bytes);
     rows.offsets = _mm512_load_si512(offsets);
   }
-  void prefetch_block(std::size_t b) const { prefetch(b); }
-  const Rows& block(std::size_t b) {
+  /// Block b; with `stream`, the rows' lines ahead of it are requested now.
+  const Rows& block(std::size_t b, bool stream) {
+    if (stream) prefetch(b);
     for (int i = 0; i < 16; ++i) rows.p[i] = w0 + offsets[i] + b * bytes;
     return rows;
   }
@@ -170,8 +176,10 @@ struct PackedGroup {
   std::size_t bytes;
   const std::byte* end;
 
-  void prefetch_block(std::size_t b) const { prefetch_rows16_block(g, bytes, end, b); }
-  [[nodiscard]] Packed16 block(std::size_t b) const { return {g + 16 * b * bytes}; }
+  /// Block b; with `stream`, carrying the lines ahead of it to prefetch.
+  [[nodiscard]] Packed16 block(std::size_t b, bool stream) const {
+    return {g + 16 * b * bytes, stream ? StreamAhead::of_block(g, bytes, end, b) : StreamAhead{}};
+  }
 };
 
 /// Lanes [lo, hi) of a group.

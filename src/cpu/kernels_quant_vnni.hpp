@@ -38,9 +38,10 @@
 //  - float ops: half_lo (binary16 in each lane's low half), cvt, set1_ps, mul, fmadd, fnmadd,
 //    negate, load_ps / store_ps (aligned), store (masked, unaligned);
 //  - for_each_group(a, block_bytes, f): f(group, mask, y of its lane 0) for each group of lanes
-//    rows of the call; group.block(b) is a source with load<N>(off, out) (out[i] lane r = bytes
-//    off + 4i .. off + 4i + 3 of row r), load1(off) and load_half<BlockBytes>(off) (a 2-byte
-//    field of the rows16 table as floats), and group.prefetch_block(b).
+//    rows of the call; group.block(b, stream) is a source with load<N>(off, out) (out[i] lane r =
+//    bytes off + 4i .. off + 4i + 3 of row r), load1(off), load_half<BlockBytes>(off) (a 2-byte
+//    field of the rows16 table as floats) and prefetch(part, parts): with stream (the first pass
+//    over the tokens), part `part` of `parts` of the lines ahead of block b (StreamAhead).
 #pragma once
 
 #include <cstddef>
@@ -55,20 +56,35 @@ namespace specdec::cpu::detail {
 // Internal linkage, as kernels_impl.hpp's helpers: each kernel file compiles its own copy.
 namespace {  // NOLINT(cert-dcl59-cpp,google-build-namespaces)
 
-/// Prefetches (into L2) the lines of one block's worth of a rows16 group, 16 x
-/// RowPrefetcher::ahead bytes past block b: g the group's start, `bytes` the block's bytes, `end`
-/// the end of the call's last group (it reaches into the next group, not past that). The
-/// hardware prefetchers alone leave the stream slow: measured on the project's Xeon with
-/// specdec_bench_cpu (Qwen2.5-Coder 1.5B Q4_K_M, 2 threads, T(1)), 60-65 ms without it, 51-54 ms
-/// at 2 KiB ahead, 39-50 ms from 8 KiB to 128 KiB (the same 16 x 512 bytes as the file layout's
-/// RowPrefetcher).
-inline void prefetch_rows16_block(const std::byte* g, std::size_t bytes, const std::byte* end,
-                                  std::size_t b) {
-  using Prefetcher = RowPrefetcher<16>;
-  const std::byte* lo = g + 16 * b * bytes + 16 * Prefetcher::ahead;
-  const std::byte* hi = lo + 16 * bytes < end ? lo + 16 * bytes : end;
-  for (const std::byte* p = lo; p < hi; p += 64) Prefetcher::prefetch_l2(p);
-}
+/// The lines of a rows16 stream to prefetch (into L2) while one block of a group is computed:
+/// one block's worth, 16 x RowPrefetcher::ahead bytes past it. The hardware prefetchers alone
+/// leave the stream slow: measured on the project's Xeon with specdec_bench_cpu (Qwen2.5-Coder
+/// 1.5B Q4_K_M, 2 threads, T(1)), 60-65 ms without it, 51-54 ms at 2 KiB ahead, 39-50 ms from
+/// 8 KiB to 128 KiB (the same 16 x 512 bytes as the file layout's RowPrefetcher).
+///
+/// The kernels issue them in parts spread over the block's work (a super-block: one part per
+/// chunk of 8 registers), not all at its start: a burst of 36-53 prefetches waits for line fill
+/// buffers, and the work queued behind it cannot overlap the stream. Spread, the 1.5B's T(1) fell
+/// from 38.5-40.2 to 35.8-36.5 ms and T(5) from 53-55 to 47 (docs/benchmarks.md, "Prefetches
+/// spread over the block").
+struct StreamAhead {
+  const std::byte* lo = nullptr;
+  std::size_t lines = 0;
+
+  /// g the group's start, `bytes` the block's bytes, `end` the end of the call's last group (it
+  /// reaches into the next group, not past that).
+  static StreamAhead of_block(const std::byte* g, std::size_t bytes, const std::byte* end,
+                              std::size_t b) {
+    const std::byte* lo = g + 16 * b * bytes + 16 * RowPrefetcher<16>::ahead;
+    const std::byte* hi = lo + 16 * bytes < end ? lo + 16 * bytes : end;
+    return {lo, hi > lo ? (static_cast<std::size_t>(hi - lo) + 63) / 64 : 0};
+  }
+  /// Part `part` of `parts` of the lines.
+  void part(std::size_t part, std::size_t parts) const {
+    for (std::size_t l = lines * part / parts; l < lines * (part + 1) / parts; ++l)
+      RowPrefetcher<16>::prefetch_l2(lo + 64 * l);
+  }
+};
 
 /// Calls f(group, lo, hi, y, end) for each group of 16 rows of a call on the rows16 layout
 /// (QuantArgs::rows16): group its start, [lo, hi) its lanes in the call's range, y the output of
@@ -271,8 +287,9 @@ struct VnniKernel {
     for (int t = 0; t < T; ++t) acc[t] = V::zero_ps();
     Block32 blk;
     for (std::size_t b = 0; b < blocks; ++b) {
-      if (t0 == 0) group.prefetch_block(b);  // later token passes find the rows in cache
-      unpack32<Q>(group.block(b), blk);
+      const auto& rows = group.block(b, t0 == 0);  // later token passes find the rows in cache
+      rows.prefetch(0, 1);
+      unpack32<Q>(rows, blk);
       for (int t = 0; t < T; ++t) {
         const std::size_t xb = (t0 + t) * blocks + b;
         const std::int8_t* x = a.xq + (t0 + t) * a.cols + b * 32;
@@ -505,7 +522,10 @@ struct VnniKernel {
   static void unpack_k(const Src& rows, BlockK& o) {
     k_scales<Q>(rows, o);
 #pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) k_chunk<Q>(rows, c, o.w + 8 * c);
+    for (int c = 0; c < 8; ++c) {
+      rows.prefetch(c, 8);
+      k_chunk<Q>(rows, c, o.w + 8 * c);
+    }
   }
 
   /// The end of a super-block for T tokens: isum[t] (the scaled sub-block dots) with the
@@ -601,6 +621,8 @@ struct VnniKernel {
     for (int t = 0; t < T; ++t) isum[t] = V::zero();
     if constexpr (Q == DType::q4_k) {
       for (int i = 0; i < 4; ++i) {
+        rows.prefetch(2 * i, 8);
+        rows.prefetch(2 * i + 1, 8);
         I q[8];
         rows.template load<8>(block_layout::q4_k_qs + 32 * i, q);
         if constexpr (!scale_pairs && T <= V::paired_q4_k) {
@@ -630,6 +652,7 @@ struct VnniKernel {
       // Unrolled, so that every chunk's shifts and fields are constants.
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
+        rows.prefetch(c, 8);
         I w[8];
         k_chunk<Q>(rows, c, w);
         for (int s = 0; s < 8 / sd; ++s) {
@@ -683,14 +706,14 @@ struct VnniKernel {
         const std::size_t m = a.n - t0 < chunk ? a.n - t0 : chunk;
         for (std::size_t i = 0; i < m * lanes; ++i) acc[i] = 0.0f;
         for (std::size_t b = 0; b < blocks; ++b) {
-          if (t0 == 0) group.prefetch_block(b);
-          using Src = std::remove_cvref_t<decltype(group.block(b))>;
+          const auto& rows = group.block(b, t0 == 0);  // later passes find the rows in cache
+          using Src = std::remove_cvref_t<decltype(rows)>;
           if constexpr (fuses<Q, Src>())
             if (m <= fused) {
-              KFused<Q, Src>::table[m - 1](group.block(b), a, t0, b, acc);
+              KFused<Q, Src>::table[m - 1](rows, a, t0, b, acc);
               continue;
             }
-          unpack_k<Q>(group.block(b), blk);
+          unpack_k<Q>(rows, blk);
           for (std::size_t t1 = 0; t1 < m; t1 += pass)
             tokens[(m - t1 < pass ? m - t1 : pass) - 1](blk, a, t0 + t1, b, acc + lanes * t1);
         }
