@@ -65,8 +65,8 @@ namespace {  // NOLINT(cert-dcl59-cpp,google-build-namespaces)
 /// The kernels issue them in parts spread over the block's work (a super-block: one part per
 /// chunk of 8 registers), not all at its start: a burst of 36-53 prefetches waits for line fill
 /// buffers, and the work queued behind it cannot overlap the stream. Spread, the 1.5B's T(1) fell
-/// from 38.5-40.2 to 35.8-36.5 ms and T(5) from 53-55 to 47 (docs/benchmarks.md, "Prefetches
-/// spread over the block").
+/// from 38.5-40.2 to 35.8-36.5 ms and T(5) from 53-55 to 47 (2 threads; docs/benchmarks.md,
+/// "Prefetches spread over the block").
 struct StreamAhead {
   const std::byte* lo = nullptr;
   std::size_t lines = 0;
