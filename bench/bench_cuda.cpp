@@ -366,8 +366,7 @@ int main(int argc, char** argv) try {
       const std::vector<TreeTimes> trees =
           time_trees(model, context, tree_ns, std::min<std::size_t>(repeats, 10));
       nlohmann::json tree_rows = nlohmann::json::object();
-      fmt::print(
-          "  trees, forward_tree(n) / forward(n), / T(1) and accept_path of depth d in us:");
+      fmt::print("  trees, forward_tree(n) / forward(n), / T(1) and accept_path of depth d in us:");
       for (std::size_t i = 0; i < tree_ns.size(); ++i) {
         const TreeTimes& t = trees[i];
         fmt::print(" {}:{:.3f}/{:.2f}/{:.0f}us(d{})", tree_ns[i], t.tree / t.chain, t.tree / t1,
